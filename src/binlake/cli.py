@@ -1,0 +1,156 @@
+"""The `binlake` command line. Each command is a thin call into the module that does the work."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Callable
+
+from binlake import config as config_mod
+from binlake.errors import BinlakeError
+
+log = logging.getLogger("binlake")
+
+
+def _load(args: argparse.Namespace) -> config_mod.Config:
+    overrides = list(args.set or [])
+    if getattr(args, "parallelism", None):
+        overrides.append(f"snapshot.parallelism={args.parallelism}")
+    return config_mod.load(args.config, overrides)
+
+
+def cmd_dev_db(args: argparse.Namespace) -> int:
+    from binlake.devdb import DevDb
+
+    db = DevDb(datadir=Path(args.datadir), port=args.port)
+    if args.action == "start":
+        port = db.start()
+        print(f"dev-db running on 127.0.0.1:{port} (user root, no password; datadir {db.datadir})")
+    elif args.action == "stop":
+        db.stop()
+        print("dev-db stopped")
+    else:
+        print(f"dev-db {db.status()}")
+    return 0
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    print(_load(args).dump(), end="")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from binlake.validation import check
+
+    problems = check(_load(args))
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        return 2
+    print("source ok: binlog on, ROW format, FULL row image and metadata, privileges present")
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from binlake.pipeline import plan
+
+    plan(_load(args))
+    return 0
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from binlake.pipeline import plan, snapshot
+
+    cfg = _load(args)
+    plan(cfg)
+    snapshot(cfg)
+    return 0
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from binlake.pipeline import stream
+
+    stream(_load(args), until_caught_up=args.until_caught_up)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from binlake.pipeline import run
+
+    run(_load(args), until_caught_up=args.until_caught_up)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from binlake.status import render, status
+
+    report = status(_load(args))
+    print(json.dumps(report, indent=2, default=str) if args.json else render(report))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from binlake.verify import render, verify
+
+    report = verify(_load(args))
+    print(render(report))
+    return 0 if report["ok"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="binlake",
+        description="Lock-free MySQL/MariaDB change data capture into Delta Lake on Apache Spark.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, func: Callable[[argparse.Namespace], int], help: str,
+                config: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(func=func)
+        if config:
+            p.add_argument("-c", "--config", default=None, help="YAML configuration file")
+            p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                           help="override one configuration key (repeatable)")
+        return p
+
+    p = command("run", cmd_run, "plan, snapshot and stream; resumes where the last run stopped")
+    p.add_argument("--until-caught-up", action="store_true",
+                   help="stop once the binlog is drained up to the position current when streaming started")
+    p.add_argument("--parallelism", type=int, help="chunks read at once")
+    command("plan", cmd_plan, "plan the snapshot chunks into the split state")
+    p = command("snapshot", cmd_snapshot, "read every unfinished chunk into bronze and silver")
+    p.add_argument("--parallelism", type=int, help="chunks read at once")
+    p = command("stream", cmd_stream, "stream the binlog into bronze and silver")
+    p.add_argument("--until-caught-up", action="store_true",
+                   help="stop once the binlog is drained up to the position current when streaming started")
+    p = command("status", cmd_status, "per table: chunks, rows, phase, binlog position and lag")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")
+    command("check", cmd_check, "verify the source server is set up for binlake")
+    p = command("dev-db", cmd_dev_db, "a private MariaDB server for the demo and the tests", config=False)
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--datadir", default=".binlake/mariadb", help="data directory (default .binlake/mariadb)")
+    p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    p = command("config", cmd_config_show, "show the effective configuration, secrets masked")
+    p.add_argument("action", choices=["show"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except BinlakeError as exc:
+        print(f"binlake: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,274 @@
+"""Configuration: one YAML file, `${ENV}` interpolation, environment and flag overrides.
+
+Precedence, lowest first: built-in defaults, the YAML file, `BINLAKE_<SECTION>_<KEY>` environment
+variables (dashes become underscores: `BINLAKE_SNAPSHOT_CHUNK_SIZE`), then `--set section.key=value`
+flags. Unknown keys are refused with the closest valid key suggested. Secrets are never printed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from binlake.errors import ConfigError
+
+SECRET_KEYS = frozenset({"source.password"})
+MASK = "******"
+
+
+def _str(v: Any) -> str:
+    return str(v)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise ValueError("a whole number")
+    return int(v)
+
+
+def _str_list(v: Any) -> list[str]:
+    if isinstance(v, str):
+        return [p.strip() for p in v.split(",") if p.strip()]
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return list(v)
+    raise ValueError("a list of strings")
+
+
+def _chunk_keys(v: Any) -> dict[str, list[str]]:
+    if not isinstance(v, dict):
+        raise ValueError("a mapping of 'db.table' to a list of columns")
+    return {str(k): _str_list(cols) for k, cols in v.items()}
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+# section -> key -> (parser, default, description)
+SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
+    "source": {
+        "hostname": (_str, "127.0.0.1", "MySQL/MariaDB host"),
+        "port": (_int, 3306, "MySQL/MariaDB port"),
+        "username": (_str, "root", "user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT"),
+        "password": (_str, "", "password; use ${BINLAKE_SOURCE_PASSWORD}"),
+        "tables": (_str_list, [], "regexes over db.table"),
+        "server-id": (_str, "5400-5404", "replica server ids, one per concurrent binlog reader"),
+        "chunk-key": (_chunk_keys, {}, "db.table -> chunk key columns (tables without a primary key)"),
+        "connect-timeout": (_int, 10, "seconds"),
+    },
+    "target": {
+        "path": (_str, "./lake", "local warehouse root"),
+        "catalog": (_opt_str, None, "Unity Catalog catalog (Databricks)"),
+        "schema": (_opt_str, None, "Unity Catalog schema (Databricks)"),
+    },
+    "snapshot": {
+        "chunk-size": (_int, 8096, "rows per chunk"),
+        "parallelism": (_int, 2, "chunks read at once"),
+        "group-size": (_int, 8, "chunks committed to bronze together (the resume grain)"),
+    },
+    "stream": {
+        "trigger-seconds": (_int, 1, "micro-batch interval"),
+        "max-batch-events": (_int, 200000, "row events per micro-batch at most"),
+    },
+    "databricks": {
+        "secret-scope": (_opt_str, None, "secret scope holding the source password"),
+        "secret-key": (_opt_str, None, "secret key of the source password"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class ServerIdRange:
+    first: int
+    last: int
+
+    @classmethod
+    def parse(cls, text: str) -> ServerIdRange:
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+        if not m:
+            raise ConfigError(
+                f"source.server-id is {text!r}; binlake needs a number or a range like 5400-5404: "
+                "set source.server-id"
+            )
+        first = int(m.group(1))
+        last = int(m.group(2) or first)
+        if not 1 <= first <= last < 2**32:
+            raise ConfigError(
+                f"source.server-id is {text!r}; binlake needs 1 <= first <= last < 2^32: "
+                "set source.server-id to an increasing range"
+            )
+        return cls(first, last)
+
+    def __len__(self) -> int:
+        return self.last - self.first + 1
+
+    def pick(self, slot: int) -> int:
+        """The server id for reader `slot` (0 is the stream, 1.. the chunk readers)."""
+        return self.first + slot % len(self)
+
+
+@dataclass(frozen=True)
+class Config:
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    origin: str = "<defaults>"
+
+    def get(self, dotted: str) -> Any:
+        section, key = dotted.split(".", 1)
+        return self.values[section][key]
+
+    # typed accessors for the keys the code uses everywhere
+    @property
+    def tables(self) -> list[str]:
+        return list(self.get("source.tables"))
+
+    @property
+    def chunk_size(self) -> int:
+        return int(self.get("snapshot.chunk-size"))
+
+    @property
+    def parallelism(self) -> int:
+        return int(self.get("snapshot.parallelism"))
+
+    @property
+    def server_ids(self) -> ServerIdRange:
+        return ServerIdRange.parse(self.get("source.server-id"))
+
+    @property
+    def target_path(self) -> Path:
+        return Path(self.get("target.path")).expanduser().resolve()
+
+    def connection(self) -> dict[str, Any]:
+        """Connection settings for PyMySQL / mysqlclient / mysql-replication."""
+        return {
+            "host": self.get("source.hostname"),
+            "port": int(self.get("source.port")),
+            "user": self.get("source.username"),
+            "password": self.get("source.password"),
+            "connect_timeout": int(self.get("source.connect-timeout")),
+        }
+
+    def masked(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for section, keys in self.values.items():
+            out[section] = {}
+            for key, value in keys.items():
+                secret = f"{section}.{key}" in SECRET_KEYS and value
+                out[section][key] = MASK if secret else value
+        return out
+
+    def dump(self) -> str:
+        return yaml.safe_dump(self.masked(), sort_keys=False)
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _interpolate(value: Any, where: str, env: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            name, default = m.group(1), m.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"{where} refers to ${{{name}}}, which is not set; binlake needs the variable: "
+                f"export {name}=... or write the value in the file"
+            )
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, list):
+        return [_interpolate(v, where, env) for v in value]
+    if isinstance(value, dict):
+        return {k: _interpolate(v, f"{where}.{k}", env) for k, v in value.items()}
+    return value
+
+
+def _suggest(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    return f"; did you mean '{close[0]}'?" if close else f"; valid keys: {', '.join(sorted(choices))}"
+
+
+def _all_keys() -> list[str]:
+    return [f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys]
+
+
+def _set(values: dict[str, dict[str, Any]], dotted: str, raw: Any, origin: str) -> None:
+    if "." not in dotted:
+        if dotted in SCHEMA and isinstance(raw, dict):
+            for k, v in raw.items():
+                _set(values, f"{dotted}.{k}", v, origin)
+            return
+        raise ConfigError(f"unknown configuration key '{dotted}' in {origin}{_suggest(dotted, _all_keys())}")
+    section, key = dotted.split(".", 1)
+    if section not in SCHEMA or key not in SCHEMA[section]:
+        raise ConfigError(f"unknown configuration key '{dotted}' in {origin}{_suggest(dotted, _all_keys())}")
+    parser, _default, description = SCHEMA[section][key]
+    try:
+        values[section][key] = parser(raw)
+    except (TypeError, ValueError) as exc:
+        shown = MASK if dotted in SECRET_KEYS else repr(raw)
+        raise ConfigError(
+            f"{dotted} is {shown} in {origin}; binlake needs {exc or description}: fix {dotted}"
+        ) from None
+
+
+def load(
+    path: str | os.PathLike[str] | None = None,
+    overrides: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Config:
+    """Build the configuration from defaults, the file, the environment and `section.key=value` flags."""
+    env = dict(os.environ if env is None else env)
+    values: dict[str, dict[str, Any]] = {s: {k: d for k, (_, d, _) in keys.items()} for s, keys in SCHEMA.items()}
+    origin = "<defaults>"
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist; binlake needs a YAML file: pass -c FILE")
+        try:
+            doc = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f" at line {mark.line + 1}" if mark else ""
+            raise ConfigError(f"config file {p} is not valid YAML{line}; fix the syntax") from None
+        if not isinstance(doc, dict):
+            raise ConfigError(f"config file {p} holds a {type(doc).__name__}; binlake needs a mapping of sections")
+        origin = str(p)
+        for section, body in doc.items():
+            if section not in SCHEMA:
+                raise ConfigError(
+                    f"unknown configuration section '{section}' in {origin}{_suggest(str(section), list(SCHEMA))}"
+                )
+            if not isinstance(body, dict):
+                raise ConfigError(f"section '{section}' in {origin} is not a mapping; write 'key: value' lines under it")
+            for key, raw in body.items():
+                _set(values, f"{section}.{key}", _interpolate(raw, f"{section}.{key}", env), origin)
+    for section, keys in SCHEMA.items():
+        for key in keys:
+            name = f"BINLAKE_{section}_{key}".upper().replace("-", "_")
+            if name in env:
+                _set(values, f"{section}.{key}", yaml.safe_load(env[name]) if key != "password" else env[name],
+                     f"environment variable {name}")
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r} has no '='; binlake needs --set section.key=value")
+        dotted, raw = item.split("=", 1)
+        parsed = raw if dotted.strip() in SECRET_KEYS else yaml.safe_load(raw)
+        _set(values, dotted.strip(), parsed, "--set")
+    cfg = Config(values, origin)
+    cfg.server_ids  # validate early
+    for pattern in cfg.tables:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"source.tables pattern {pattern!r} is not a valid regex ({exc}); fix source.tables") from None
+    for name in ("snapshot.chunk-size", "snapshot.parallelism", "snapshot.group-size"):
+        if cfg.get(name) < 1:
+            raise ConfigError(f"{name} is {cfg.get(name)}; binlake needs a number >= 1: fix {name}")
+    return cfg

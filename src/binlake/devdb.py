@@ -1,0 +1,173 @@
+"""A private MariaDB server for the demo and the tests: own data directory, 127.0.0.1, binlog on.
+
+`binlake dev-db start` installs `mariadb-server` with apt-get when `mariadbd` is missing, initialises
+`.binlake/mariadb` (ignored by git) and starts the server on a free port with the binlog settings the
+algorithm needs. Starting a running server is a no-op; `stop` shuts it down cleanly.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+
+from binlake.errors import ConfigError, RuntimeFailure
+
+BINLOG_SETTINGS = (
+    "--log-bin=mysql-bin",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
+)
+
+
+def _find(binary: str) -> str | None:
+    return shutil.which(binary) or next(
+        (str(p) for p in (Path("/usr/sbin") / binary, Path("/usr/bin") / binary) if p.exists()), None
+    )
+
+
+def ensure_installed() -> str:
+    """Path of mariadbd, installing the Debian package when it is missing."""
+    found = _find("mariadbd")
+    if found:
+        return found
+    if os.geteuid() != 0:
+        raise ConfigError(
+            "mariadbd is not installed; binlake's dev-db needs it: run sudo apt-get install -y mariadb-server"
+        )
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    cmd = ["apt-get", "install", "-y", "-q", "mariadb-server", "mariadb-client"]
+    if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
+        subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True)
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ConfigError(f"apt-get install mariadb-server failed: {done.stderr.strip()[-300:]}")
+    found = _find("mariadbd")
+    if not found:
+        raise ConfigError("mariadbd is still missing after apt-get; install mariadb-server by hand")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class DevDb:
+    """One private server: `datadir` holds the data, the binlog, the socket, the pid and the port."""
+
+    datadir: Path = field(default_factory=lambda: Path(".binlake/mariadb"))
+    port: int | None = None
+    server_id: int = 1
+    binlog: bool = True
+    extra_options: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.datadir = Path(self.datadir).resolve()
+
+    @property
+    def socket_path(self) -> Path:
+        return self.datadir / "mysqld.sock"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.datadir / "mysqld.pid"
+
+    @property
+    def port_path(self) -> Path:
+        return self.datadir / "binlake.port"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_path.read_text().strip())
+            os.kill(pid, 0)
+            return pid
+        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+            return None
+
+    def running_port(self) -> int | None:
+        if self.pid() is None or not self.port_path.exists():
+            return None
+        return int(self.port_path.read_text())
+
+    def _initialise(self, mariadbd: str) -> None:
+        if (self.datadir / "mysql").is_dir():
+            return
+        self.datadir.mkdir(parents=True, exist_ok=True)
+        install = _find("mariadb-install-db") or _find("mysql_install_db")
+        if install is None:
+            raise ConfigError("mariadb-install-db is missing; run apt-get install -y mariadb-server")
+        cmd = [install, f"--datadir={self.datadir}", "--auth-root-authentication-method=normal",
+               "--skip-test-db", "--no-defaults"]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeFailure(f"mariadb-install-db failed in {self.datadir}: {done.stderr.strip()[-400:]}")
+
+    def start(self, timeout: float = 60.0) -> int:
+        """Start the server (no-op when running); returns its port."""
+        port = self.running_port()
+        if port is not None:
+            return port
+        mariadbd = ensure_installed()
+        self._initialise(mariadbd)
+        port = self.port or free_port()
+        log = self.datadir / "mysqld.log"
+        cmd = [
+            mariadbd, "--no-defaults", f"--datadir={self.datadir}", f"--socket={self.socket_path}",
+            f"--pid-file={self.pid_path}", f"--port={port}", "--bind-address=127.0.0.1",
+            f"--server-id={self.server_id}", "--skip-name-resolve", f"--log-error={log}",
+            "--innodb-buffer-pool-size=512M", "--max-allowed-packet=1G", "--innodb-log-file-size=256M",
+            "--max-connections=500", "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
+            "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
+            *(BINLOG_SETTINGS if self.binlog else ()), *self.extra_options,
+        ]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        self.port_path.write_text(str(port))
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                pymysql.connect(host="127.0.0.1", port=port, user="root", password="", connect_timeout=2).close()
+                return port
+            except pymysql.err.OperationalError:
+                time.sleep(0.2)
+        tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+        raise RuntimeFailure(f"MariaDB in {self.datadir} did not accept connections on port {port} within "
+                             f"{timeout:.0f}s; log tail: {tail}")
+
+    def stop(self, timeout: float = 60.0) -> None:
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.pid() is not None:
+            time.sleep(0.1)
+        if self.pid() is not None:
+            os.kill(pid, signal.SIGKILL)
+
+    def status(self) -> str:
+        port = self.running_port()
+        if port is None:
+            return f"stopped (datadir {self.datadir})"
+        return f"running on 127.0.0.1:{port} (pid {self.pid()}, datadir {self.datadir})"
+
+    def connect(self, database: str | None = None, **kw: object) -> pymysql.connections.Connection:
+        port = self.running_port()
+        if port is None:
+            raise RuntimeFailure(f"dev-db in {self.datadir} is not running; run binlake dev-db start")
+        return pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                               autocommit=True, charset="utf8mb4", **kw)  # type: ignore[arg-type]

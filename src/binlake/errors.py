@@ -1,0 +1,48 @@
+"""The exceptions binlake raises, as data.
+
+BinlakeError
+├── ConfigError        bad configuration or unsupported source setup (exit code 2)
+│   └── SourceSetupError   a server variable or privilege the algorithm needs is missing
+└── RuntimeFailure     the pipeline could not do its work (exit code 1)
+    └── PositionGoneError  a stored binlog position is no longer on the server
+
+Every message is one line that names the setting, the value found, the value needed and the fix.
+Exceptions keep their message through pickling, because errors raised on Spark executors reach the
+driver as text.
+"""
+
+from __future__ import annotations
+
+
+class BinlakeError(Exception):
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __reduce__(self) -> tuple[type, tuple[str]]:
+        return (type(self), (self.message,))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(BinlakeError):
+    exit_code = 2
+
+
+class SourceSetupError(ConfigError):
+    pass
+
+
+class RuntimeFailure(BinlakeError):
+    exit_code = 1
+
+
+class PositionGoneError(RuntimeFailure):
+    pass
+
+
+class NotBuiltError(BinlakeError):
+    exit_code = 2

@@ -1,0 +1,57 @@
+"""The one place a local SparkSession with Delta is built."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from binlake.errors import ConfigError
+
+DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
+
+
+def jars_dir() -> Path:
+    return Path(os.environ.get("BINLAKE_JARS_DIR", Path(sys.prefix) / "share" / "binlake" / "jars"))
+
+
+def delta_jars() -> list[str]:
+    d = jars_dir()
+    missing = [j for j in DELTA_JARS if not (d / j).is_file()]
+    if missing:
+        raise ConfigError(
+            f"Delta jars {', '.join(missing)} are not in {d}; binlake needs them on the classpath: run make setup"
+        )
+    return [str(d / j) for j in DELTA_JARS]
+
+
+def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[no-untyped-def]
+    """The active session if there is one (Databricks, tests), else a local one with Delta."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.master(f"local[{max(1, parallelism)}]")
+        .appName(app_name)
+        .config("spark.jars", ",".join(delta_jars()))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.shuffle.partitions", str(max(2, parallelism)))
+        .config("spark.default.parallelism", str(max(2, parallelism)))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", os.environ.get("BINLAKE_DRIVER_MEMORY", "2g"))
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
