@@ -1,0 +1,152 @@
+"""Reading row changes from the binlog between two positions.
+
+mysql-replication speaks the replication protocol and decodes row events; with
+`binlog_row_metadata=FULL` every table-map event carries the column names, so each row is decoded
+with the schema that was current when it was written. This module turns its events into
+`RowChange`s with exact positions: an event's start is its end position minus its size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from binlake.errors import PositionGoneError, RuntimeFailure
+from binlake.offsets import BinlogPosition, event_seq, row_slot
+
+log = logging.getLogger(__name__)
+
+Op = Literal["c", "u", "d"]
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row of a row event. Key-changing updates are split by `split_key_change`."""
+
+    table: str  # "db.table"
+    op: Op
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    file: str
+    pos: int  # start position of the row event
+    row: int  # index of the row inside its event
+    ts: int  # commit time, Unix seconds
+    gtid: str | None = None
+    second_half: bool = False  # the insert half of a key-changing update
+
+    @property
+    def position(self) -> BinlogPosition:
+        return BinlogPosition(self.file, self.pos)
+
+    @property
+    def seq(self) -> int:
+        return event_seq(self.file, self.pos, row_slot(self.row, self.second_half))
+
+    @property
+    def image(self) -> dict[str, Any]:
+        """The row as it is after the change, or as it was before a delete."""
+        return self.after if self.after is not None else self.before  # type: ignore[return-value]
+
+
+def split_key_change(change: RowChange, key: tuple[str, ...], same: Callable[[Any, Any], bool]) -> list[RowChange]:
+    """An update that changes the key is a delete of the old key followed by an insert of the new one."""
+    if change.op != "u" or change.before is None or change.after is None:
+        return [change]
+    if all(same(change.before[k], change.after[k]) for k in key):
+        return [change]
+    return [
+        RowChange(change.table, "d", change.before, None, change.file, change.pos, change.row, change.ts, change.gtid),
+        RowChange(change.table, "c", None, change.after, change.file, change.pos, change.row, change.ts, change.gtid,
+                  second_half=True),
+    ]
+
+
+def _settings(params: dict[str, Any]) -> dict[str, Any]:
+    return {"host": params["host"], "port": int(params["port"]), "user": params["user"],
+            "password": params["password"], "connect_timeout": int(params.get("connect_timeout", 10))}
+
+
+def read_changes(
+    params: dict[str, Any],
+    server_id: int,
+    start: BinlogPosition,
+    stop: BinlogPosition | None,
+    wanted: Callable[[str, str], bool],
+    is_mariadb: bool = True,
+    on_position: Callable[[BinlogPosition, int], None] | None = None,
+) -> Iterator[RowChange]:
+    """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
+
+    Without `stop`, reads to the current end of the binlog. `on_position(pos, ts)` is called after
+    every event with the position after it, so callers can record progress for idle tables too.
+    """
+    stream = BinLogStreamReader(
+        connection_settings=_settings(params),
+        server_id=server_id,
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, GtidEvent, MariadbGtidEvent,
+                     RotateEvent, XidEvent, QueryEvent],
+        is_mariadb=is_mariadb,
+        enable_logging=False,
+    )
+    gtid: str | None = None
+    try:
+        while True:
+            try:
+                event = stream.fetchone()
+            except Exception as exc:  # the library raises pymysql errors with the server's text
+                text = str(exc)
+                if "1236" in text or "Could not find first log file" in text or "purged" in text:
+                    raise PositionGoneError(
+                        f"binlog position {start} is no longer on the server (purged); binlake needs it to "
+                        "resume: re-snapshot the tables (delete the target state) or keep binlogs longer "
+                        "(expire_logs_days / binlog_expire_logs_seconds)"
+                    ) from None
+                if "1236" not in text and "server_id" in text.lower():
+                    raise RuntimeFailure(
+                        f"binlog reader server id {server_id} is in use by another replica; "
+                        "set source.server-id to an unused range"
+                    ) from None
+                raise
+            if event is None:
+                return
+            end = int(event.packet.log_pos)
+            size = int(event.event_size)
+            file = stream.log_file
+            if isinstance(event, RotateEvent):
+                continue
+            begin = end - size if end else 0
+            if stop is not None and BinlogPosition(file, begin) >= stop:
+                return
+            if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                gtid = str(event.gtid)
+            elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                if wanted(event.schema, event.table):
+                    yield from _rows(event, file, begin, gtid)
+            elif isinstance(event, XidEvent):
+                gtid = None
+            if on_position is not None and end:
+                on_position(BinlogPosition(file, end), int(event.timestamp))
+    finally:
+        stream.close()
+
+
+def _rows(event: Any, file: str, begin: int, gtid: str | None) -> Iterator[RowChange]:
+    table = f"{event.schema}.{event.table}"
+    ts = int(event.timestamp)
+    for i, row in enumerate(event.rows):
+        if isinstance(event, WriteRowsEvent):
+            yield RowChange(table, "c", None, row["values"], file, begin, i, ts, gtid)
+        elif isinstance(event, UpdateRowsEvent):
+            yield RowChange(table, "u", row["before_values"], row["after_values"], file, begin, i, ts, gtid)
+        else:
+            yield RowChange(table, "d", row["values"], None, file, begin, i, ts, gtid)

@@ -1,0 +1,222 @@
+"""Cutting a table's chunk-key space into half-open splits, incrementally.
+
+Two strategies, as in Flink CDC's MySQL source:
+- even: one integer key whose distribution factor (max - min + 1) / rows lies in [0.05, 1000] is
+  cut arithmetically with step factor * chunk_size -- no query per chunk;
+- uneven: otherwise the database is asked for each next boundary, the first key past `chunk_size`
+  rows from the current start. Boundaries are compared by the database, in the column's collation,
+  never by Python: under `utf8mb4_general_ci`, 'a' = 'A', and a Python comparison routes rows to
+  the wrong chunk.
+
+`plan_ranges` yields `(start, end)` pairs one at a time from a resume point, so a table of 10^8 rows
+is planned without holding its splits in memory and a crash resumes from the last stored end.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pymysql
+
+from binlake.schema import Column, TableSchema, qualified, quote
+from binlake.splits import Bound
+
+EVEN_FACTOR_MIN = 0.05
+EVEN_FACTOR_MAX = 1000.0
+INTEGER_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
+
+
+def lexicographic(columns: Sequence[str], op: str) -> str:
+    """SQL for `(c1, c2, ...) op (?, ?, ...)`, expanded so every server uses the index.
+
+    op is one of '<', '>=', '>'. For (a, b) >= (x, y): `a > x OR (a = x AND b >= y)`.
+    Parameters are the bound values in `lexicographic_params` order.
+    """
+    strict = ">" if op in (">=", ">") else "<"
+    cols = [quote(c) for c in columns]
+    sql = f"{cols[-1]} {op} %s"
+    for c in reversed(cols[:-1]):
+        sql = f"({c} {strict} %s OR ({c} = %s AND {sql}))"
+    return sql
+
+
+def lexicographic_params(values: Sequence[Any]) -> list[Any]:
+    params: list[Any] = []
+    for v in values[:-1]:
+        params += [v, v]
+    params.append(values[-1])
+    return params
+
+
+def range_predicate(schema: TableSchema, start: Bound | None, end: Bound | None) -> tuple[str, list[Any]]:
+    """`WHERE` text (without the keyword) and parameters selecting `[start, end)`."""
+    key = schema.split_key
+    cols = [schema.column(k) for k in key]
+    parts: list[str] = []
+    params: list[Any] = []
+    if start is not None:
+        parts.append(lexicographic(key, ">="))
+        params += lexicographic_params(decode_bound(cols, start))
+    if end is not None:
+        parts.append(lexicographic(key, "<"))
+        params += lexicographic_params(decode_bound(cols, end))
+    return (" AND ".join(f"({p})" for p in parts) or "TRUE"), params
+
+
+def decode_bound(cols: Sequence[Column], bound: Bound) -> list[Any]:
+    return [c.decode(v) for c, v in zip(cols, bound)]
+
+
+def encode_key(cols: Sequence[Column], values: Sequence[Any]) -> Bound:
+    out = tuple(c.encode(v) for c, v in zip(cols, values))
+    if any(v is None for v in out):
+        raise ValueError(f"chunk key {[c.name for c in cols]} has a NULL value; chunk keys must be NOT NULL")
+    return out  # type: ignore[return-value]
+
+
+def _even_step(conn: pymysql.connections.Connection, schema: TableSchema, chunk_size: int) -> tuple[int, int, int] | None:
+    """(min, max, step) when the even strategy applies, else None."""
+    key = schema.split_key
+    if len(key) != 1 or schema.column(key[0]).data_type not in INTEGER_TYPES:
+        return None
+    k = quote(key[0])
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT MIN({k}), MAX({k}) FROM {qualified(schema.database, schema.table)}")
+        lo, hi = cur.fetchone()
+        if lo is None:
+            return None
+        cur.execute(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (schema.database, schema.table),
+        )
+        approx = int((cur.fetchone() or [0])[0] or 0)
+        if approx < 10 * chunk_size:  # statistics of small or fresh tables are unreliable; counting is cheap
+            cur.execute(f"SELECT COUNT(*) FROM {qualified(schema.database, schema.table)}")
+            approx = int(cur.fetchone()[0])
+    if approx == 0:
+        return None
+    factor = (int(hi) - int(lo) + 1) / approx
+    if not EVEN_FACTOR_MIN <= factor <= EVEN_FACTOR_MAX:
+        return None
+    return int(lo), int(hi), max(1, int(factor * chunk_size))
+
+
+def plan_ranges(
+    conn: pymysql.connections.Connection,
+    schema: TableSchema,
+    chunk_size: int,
+    resume_after: Bound | None = None,
+) -> Iterator[tuple[Bound | None, Bound | None]]:
+    """Yield consecutive `(start, end)` ranges covering the key space from `resume_after` on.
+
+    Without `resume_after` the first range starts at -infinity; the last range always ends at
+    +infinity, so rows inserted past the current maximum while the snapshot runs are still covered.
+    """
+    cols = [schema.column(k) for k in schema.split_key]
+    even = _even_step(conn, schema, chunk_size)
+    if even is not None:
+        lo, hi, step = even
+        start: Bound | None = resume_after
+        nxt = int(resume_after[0]) + step if resume_after is not None else lo + step
+        while nxt <= hi:
+            end = encode_key(cols, [nxt])
+            yield start, end
+            start = end
+            nxt += step
+        yield start, None
+        return
+    start = resume_after
+    while True:
+        end = _next_boundary(conn, schema, cols, start, chunk_size)
+        yield start, end
+        if end is None:
+            return
+        start = end
+
+
+def _next_boundary(
+    conn: pymysql.connections.Connection, schema: TableSchema, cols: list[Column], start: Bound | None, chunk_size: int
+) -> Bound | None:
+    key = schema.split_key
+    select = ", ".join(quote(k) for k in key)
+    table = qualified(schema.database, schema.table)
+    order = ", ".join(quote(k) for k in key)
+    where, params = "TRUE", []
+    if start is not None:
+        where, params = lexicographic(key, ">="), lexicographic_params(decode_bound(cols, start))
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order} LIMIT 1 OFFSET %s",
+                    [*params, chunk_size])
+        row = cur.fetchone()
+        if row is None:
+            return None
+        end = encode_key(cols, row)
+        if start is not None and _same_key(conn, cols, end, start):
+            # more than chunk_size rows share the start key (a non-unique chunk key): skip past it
+            cur.execute(
+                f"SELECT {select} FROM {table} WHERE {lexicographic(key, '>')} ORDER BY {order} LIMIT 1",
+                lexicographic_params(decode_bound(cols, start)),
+            )
+            row = cur.fetchone()
+            return None if row is None else encode_key(cols, row)
+        return end
+
+
+def _same_key(conn: pymysql.connections.Connection, cols: list[Column], a: Bound, b: Bound) -> bool:
+    if not any(c.is_string for c in cols):
+        return a == b
+    # equal under the collation ('a' = 'A' in *_ci), which only the server knows
+    sql = " AND ".join(f"(%s COLLATE {c.collation}) = %s" if c.is_string and c.collation else "%s = %s" for c in cols)
+    params: list[Any] = []
+    for c, x, y in zip(cols, decode_bound(cols, a), decode_bound(cols, b)):
+        params += [x, y]
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT {sql}", params)
+        return bool(cur.fetchone()[0])
+
+
+class KeyOrder:
+    """Orders chunk-key values the way the server does, so a binlog key finds its split.
+
+    Integer, decimal and temporal keys compare in Python exactly as in MySQL. String keys compare
+    by their collation's weight (`WEIGHT_STRING`), fetched from the server once per distinct value.
+    """
+
+    def __init__(self, schema: TableSchema, conn: pymysql.connections.Connection | None = None) -> None:
+        self.cols = [schema.column(k) for k in schema.split_key]
+        self.conn = conn
+        self.needs_server = any(c.is_string for c in self.cols)
+        self._weight = functools.lru_cache(maxsize=100_000)(self._fetch_weight)
+
+    def _fetch_weight(self, collation: str, value: str) -> bytes:
+        if self.conn is None:
+            raise RuntimeError("string chunk keys need a server connection to compare")
+        charset = collation.split("_", 1)[0]
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT WEIGHT_STRING(CONVERT(%s USING {charset}) COLLATE {collation})", (value,))
+            return bytes(cur.fetchone()[0])
+
+    def sort_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for c, v in zip(self.cols, values):
+            if c.is_string and c.collation and not c.collation.endswith("_bin"):
+                out.append(self._weight(c.collation, v if isinstance(v, str) else str(v)))
+            elif c.is_string and isinstance(v, str):
+                out.append(v.rstrip(" ").encode("utf-8"))
+            elif isinstance(v, (bytes, bytearray)):
+                out.append(bytes(v))
+            else:
+                out.append(v)
+        return tuple(out)
+
+    def bound_key(self, bound: Bound) -> tuple[Any, ...]:
+        return self.sort_key(decode_bound(self.cols, bound))
+
+    def key_values(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[c.name] for c in self.cols)
+
+    def normalised(self, values: Sequence[Any]) -> tuple[Any, ...]:
+        """Key values as the driver and the binlog both render them (for dictionary keys)."""
+        return tuple(c.encode(v) for c, v in zip(self.cols, values))

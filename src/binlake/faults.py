@@ -1,0 +1,31 @@
+"""Named crash points, for the kill-and-restart tests.
+
+`BINLAKE_CRASH_AT=<point>[:<n>]` makes the n-th (default first) arrival at `<point>` kill the whole
+process group with SIGKILL -- the same as `kill -9` of the run, at an exact spot. Unset, every
+point is a no-op. The count is kept in a file so arrivals in Spark's Python workers add up.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+from pathlib import Path
+
+
+def point(name: str, detail: str = "") -> None:
+    spec = os.environ.get("BINLAKE_CRASH_AT")
+    if not spec:
+        return
+    target, _, nth = spec.partition(":")
+    if target != name:
+        return
+    counter = Path(os.environ.get("BINLAKE_CRASH_COUNTER", "/tmp/binlake-crash-counter"))
+    with open(counter, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        seen = len(f.read().splitlines()) + 1
+        f.write(f"{name} {detail}\n")
+        f.flush()
+    if seen == int(nth or 1):
+        os.killpg(os.getpgid(0), signal.SIGKILL)

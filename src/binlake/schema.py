@@ -1,0 +1,255 @@
+"""Source table schemas and the one value encoding both capture paths share.
+
+A value read by the snapshot (`SELECT` through the DB-API driver) and the same value decoded from the
+binlog (mysql-replication) arrive as different Python objects: BIT is bytes on one side and a bit
+string on the other, SET a string or a Python set, a zero date a string or None. `Column.encode`
+turns either into one canonical text form, and `spark_cast` (in the Spark adapter) turns that text
+into the typed column, so both paths produce identical values by construction.
+
+Type mapping (MySQL -> Spark):
+    TINYINT/SMALLINT/MEDIUMINT/INT (signed)   -> tinyint/smallint/int/int
+    ... unsigned                              -> smallint/int/int/bigint
+    BIGINT / BIGINT UNSIGNED                  -> bigint / decimal(20,0)
+    DECIMAL(p,s), p <= 38 / p > 38            -> decimal(p,s) / string (every digit kept)
+    FLOAT / DOUBLE                            -> float / double
+    BIT(1) / BIT(n)                           -> boolean / bigint (BIT(64): decimal(20,0))
+    YEAR                                      -> int
+    DATE / DATETIME(n) / TIMESTAMP(n)         -> date / timestamp_ntz / timestamp (UTC instant)
+    TIME(n)                                   -> string '[-]HH:MM:SS[.ffffff]' (may be negative or > 24h)
+    CHAR/VARCHAR/TEXT/ENUM/SET/JSON           -> string
+    BINARY/VARBINARY/BLOB                     -> binary
+Zero dates ('0000-00-00') become NULL on both paths.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+INT_TYPES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
+STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
+BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    data_type: str  # information_schema DATA_TYPE, lower case
+    column_type: str  # full COLUMN_TYPE, e.g. "bigint(20) unsigned", "enum('a','b')"
+    nullable: bool = True
+    precision: int | None = None
+    scale: int | None = None
+    fraction: int = 0  # DATETIME_PRECISION
+    length: int | None = None  # CHARACTER_MAXIMUM_LENGTH (bytes for binary)
+    collation: str | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type
+
+    @property
+    def is_string(self) -> bool:
+        return self.data_type in STRING_TYPES
+
+    @property
+    def is_binary(self) -> bool:
+        return self.data_type in BINARY_TYPES
+
+    @property
+    def members(self) -> list[str]:
+        """ENUM/SET members in definition order."""
+        inner = self.column_type[self.column_type.index("(") + 1 : self.column_type.rindex(")")]
+        return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner)]
+
+    @property
+    def bit_width(self) -> int:
+        m = re.search(r"\((\d+)\)", self.column_type)
+        return int(m.group(1)) if m else 1
+
+    def spark_type(self) -> str:
+        t = self.data_type
+        if t in INT_TYPES:
+            bits = INT_TYPES[t] + (1 if self.unsigned else 0)
+            if bits <= 8:
+                return "tinyint"
+            if bits <= 16:
+                return "smallint"
+            if bits <= 32:
+                return "int"
+            if bits <= 64:
+                return "bigint"
+            return "decimal(20,0)"
+        if t == "decimal":
+            p, s = self.precision or 10, self.scale or 0
+            return f"decimal({p},{s})" if p <= 38 else "string"
+        if t == "float":
+            return "float"
+        if t in ("double", "real"):
+            return "double"
+        if t == "bit":
+            w = self.bit_width
+            return "boolean" if w == 1 else ("bigint" if w < 64 else "decimal(20,0)")
+        if t == "year":
+            return "int"
+        if t == "date":
+            return "date"
+        if t == "datetime":
+            return "timestamp_ntz"
+        if t == "timestamp":
+            return "timestamp"
+        if t in BINARY_TYPES:
+            return "binary"
+        return "string"
+
+    # --- the shared encoding -------------------------------------------------------------
+    def encode(self, v: Any) -> str | None:  # noqa: C901 - one branch per MySQL type family
+        if v is None:
+            return None
+        t = self.data_type
+        if t in INT_TYPES or t == "year":
+            return str(int(v))
+        if t == "decimal":
+            return format(decimal.Decimal(v), "f")
+        if t in ("float", "double", "real"):
+            return repr(float(v))
+        if t == "bit":
+            if isinstance(v, (bytes, bytearray)):
+                n = int.from_bytes(v, "big")
+            elif isinstance(v, str):
+                n = int(v, 2) if v else 0
+            else:
+                n = int(v)
+            return ("true" if n else "false") if self.bit_width == 1 else str(n)
+        if t == "date":
+            if isinstance(v, str):
+                return None if v.startswith("0000") or "-00" in v else v
+            return v.isoformat()
+        if t in ("datetime", "timestamp"):
+            if isinstance(v, str):  # zero or invalid datetime the driver could not convert
+                return None
+            if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
+                v = dt.datetime(v.year, v.month, v.day)
+            text = f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
+            return text + "+00:00" if t == "timestamp" else text
+        if t == "time":
+            if isinstance(v, str):
+                return v
+            total = v.days * 86400_000000 + v.seconds * 1_000000 + v.microseconds
+            sign = "-" if total < 0 else ""
+            total = abs(total)
+            secs, micros = divmod(total, 1_000000)
+            h, rem = divmod(secs, 3600)
+            m, s = divmod(rem, 60)
+            frac = f".{micros:06d}"[: self.fraction + 1] if self.fraction else ""
+            return f"{sign}{h:02d}:{m:02d}:{s:02d}{frac}"
+        if t in BINARY_TYPES:
+            b = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+            if t == "binary" and self.length and len(b) < self.length:
+                b = b.ljust(self.length, b"\x00")  # the binlog drops BINARY(n)'s trailing zero bytes
+            return base64.b64encode(b).decode("ascii")
+        if t == "set":
+            if isinstance(v, (set, frozenset, list, tuple)):
+                chosen = set(v)
+                return ",".join(m for m in self.members if m in chosen)
+            return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+        if t == "json":
+            if isinstance(v, bytes):
+                return v.decode("utf-8")
+            if isinstance(v, str):
+                return v
+            return json.dumps(v, ensure_ascii=False)
+        if isinstance(v, bytes):
+            return v.decode("utf-8", errors="surrogateescape")
+        return str(v)
+
+    def decode(self, text: str | None) -> Any:
+        """The DB-API value for a query parameter (chunk bounds) from its encoded text."""
+        if text is None:
+            return None
+        t = self.data_type
+        if t in INT_TYPES or t == "year":
+            return int(text)
+        if t == "decimal":
+            return decimal.Decimal(text)
+        if t in ("float", "double", "real"):
+            return float(text)
+        if t in BINARY_TYPES:
+            return base64.b64decode(text)
+        if t == "timestamp":
+            return text.removesuffix("+00:00")
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Column:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    database: str
+    table: str
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+    chunk_key: tuple[str, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        """The columns that identify a row (chunk key when there is no primary key)."""
+        return self.primary_key or self.chunk_key
+
+    @property
+    def split_key(self) -> tuple[str, ...]:
+        return self.chunk_key or self.primary_key
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def encode_row(self, row: dict[str, Any]) -> dict[str, str | None]:
+        return {c.name: c.encode(row.get(c.name)) for c in self.columns}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "database": self.database,
+            "table": self.table,
+            "columns": [c.to_dict() for c in self.columns],
+            "primary_key": list(self.primary_key),
+            "chunk_key": list(self.chunk_key),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TableSchema:
+        return cls(
+            d["database"],
+            d["table"],
+            tuple(Column.from_dict(c) for c in d["columns"]),
+            tuple(d["primary_key"]),
+            tuple(d.get("chunk_key", ())),
+        )
+
+
+def quote(name: str) -> str:
+    """A MySQL identifier, quoted: backticks inside are doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def qualified(database: str, table: str) -> str:
+    return f"{quote(database)}.{quote(table)}"

@@ -1,0 +1,53 @@
+"""The fold rule against the real server: a chunk read equals the chunk's state at its HW."""
+
+from __future__ import annotations
+
+from binlake.chunk_reader import Hooks, read_chunk
+from binlake.source import connect, load_schema
+from binlake.splits import Split
+
+from .helpers import execute, fetch, params
+
+
+def _state(dev_db, database, lo, hi):  # type: ignore[no-untyped-def]
+    rows = fetch(dev_db, database, f"SELECT id, v FROM t WHERE id >= {lo} AND id < {hi} ORDER BY id")
+    return [(str(i), v) for i, v in rows]
+
+
+def test_fold_between_watermarks_gives_state_at_hw(dev_db, database):  # type: ignore[no-untyped-def]
+    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+            "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_100")
+    p = params(dev_db)
+    schema = load_schema(connect(p), database, "t")
+    split = Split(f"{database}.t", 0, 1, ("10",), ("50",))
+
+    def racing(*sqls: str):  # type: ignore[no-untyped-def]
+        return lambda: execute(dev_db, database, *sqls)
+
+    hooks = Hooks(
+        after_low_watermark=racing("UPDATE t SET v = 'after-lw' WHERE id = 11",
+                                   "DELETE FROM t WHERE id = 12", "INSERT INTO t VALUES (200, 'outside')"),
+        after_select=racing("INSERT INTO t VALUES (12, 're-inserted')", "UPDATE t SET id = 555 WHERE id = 13",
+                            "UPDATE t SET id = 14000 WHERE id = 14", "DELETE FROM t WHERE id = 15",
+                            "UPDATE t SET id = 15 WHERE id = 60", "DELETE FROM t WHERE id = 15"),
+        before_high_watermark=racing("UPDATE t SET v = 'multi' WHERE id BETWEEN 20 AND 30",
+                                     "INSERT INTO t VALUES (15, 'back')", "UPDATE t SET id = 16 WHERE id = 70"),
+    )
+    execute(dev_db, database, "DELETE FROM t WHERE id = 16")
+    result = read_chunk(p, schema, split, server_id=5499, hooks=hooks)
+    assert result.hw > result.lw
+    assert result.folded_events > 0
+    got = sorted(((r["id"], r["v"]) for r in result.rows), key=lambda x: int(x[0]))
+    assert got == _state(dev_db, database, 10, 50)
+    assert ("12", "re-inserted") in got and ("15", "back") in got and ("16", "v70") in got
+    assert all(k not in {"13", "14"} for k, _ in got)
+
+
+def test_chunk_without_concurrent_writes_has_equal_watermarks(dev_db, database):  # type: ignore[no-untyped-def]
+    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+            "INSERT INTO t SELECT seq, 'x' FROM seq_1_to_30")
+    p = params(dev_db)
+    schema = load_schema(connect(p), database, "t")
+    result = read_chunk(p, schema, Split(f"{database}.t", 0, 0, None, ("20",)), server_id=5499)
+    assert result.hw == result.lw and result.folded_events == 0
+    assert sorted(int(r["id"]) for r in result.rows) == list(range(1, 20))
