@@ -53,7 +53,7 @@ class TaskValuesUtil(Protocol):
 
 class JobsUtil(Protocol):
     @property
-    def taskValues(self) -> TaskValuesUtil: ...  # noqa: N802 - dbutils' own spelling
+    def taskValues(self) -> TaskValuesUtil: ...  # dbutils' own spelling
 
 
 class DbUtils(Protocol):
@@ -82,9 +82,9 @@ def task_value_for(group_ids: Sequence[int]) -> str:
     size = len(text.encode("utf-8"))
     if size > TASK_VALUE_LIMIT_BYTES:
         raise ConfigError(
-            f"the task value '{TASK_VALUE_KEY}' is {size} bytes of JSON for {len(group_ids)} snapshot groups; "
-            f"Databricks stores at most {TASK_VALUE_LIMIT_BYTES} bytes: raise snapshot.group-size "
-            "(--set snapshot.group-size=N) or capture fewer tables per job"
+            f"the task value '{TASK_VALUE_KEY}' is {size} bytes of JSON for {len(group_ids)} "
+            f"snapshot groups; Databricks stores at most {TASK_VALUE_LIMIT_BYTES} bytes: raise "
+            "snapshot.group-size (--set snapshot.group-size=N) or capture fewer tables per job"
         )
     return text
 
@@ -122,7 +122,9 @@ def _snapshot(argv: Sequence[str] | None, dbutils: DbUtils | None) -> None:
     ns = args.parse_args(argv)
 
     def utils() -> DbUtils:
-        return dbutils if dbutils is not None else runtime_dbutils("binlake-snapshot", needs_task_values=False)
+        if dbutils is not None:
+            return dbutils
+        return runtime_dbutils("binlake-snapshot", needs_task_values=False)
 
     cfg = load_config(ns, utils)
 
@@ -170,7 +172,7 @@ def runtime_dbutils(prog: str, *, needs_task_values: bool) -> DbUtils:
     """Databricks' `dbutils` of the running task, via `databricks.sdk.runtime`."""
     try:
         from databricks.sdk import runtime
-    except Exception as exc:  # the SDK raises ValueError when it finds no workspace credentials
+    except Exception as exc:  # noqa: BLE001 - the SDK raises ValueError when it finds no credentials
         raise RuntimeFailure(
             f"{prog} found no Databricks runtime ({type(exc).__name__}: {_first_line(exc)}); it runs as a "
             "task of the binlake job: deploy the bundle and run the job, or use the `binlake` command locally"
@@ -187,7 +189,7 @@ def runtime_dbutils(prog: str, *, needs_task_values: bool) -> DbUtils:
 def _read_secret(dbutils: DbUtils, scope: str, key: str) -> str:
     try:
         return dbutils.secrets.get(scope=scope, key=key)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - dbutils raises whatever its backend raised
         raise RuntimeFailure(
             f"reading secret '{key}' from scope '{scope}' failed ({type(exc).__name__}: {_first_line(exc)}); "
             "binlake needs READ on that scope and the key present: check databricks.secret-scope and "
