@@ -70,7 +70,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     "snapshot": {
         "chunk-size": (_int, 8096, "rows per chunk"),
         "parallelism": (_int, 2, "chunks read at once"),
-        "group-size": (_int, 8, "chunks committed to bronze together (the resume grain)"),
+        "group-size": (_int, 16, "chunks committed to bronze together (the resume grain)"),
     },
     "stream": {
         "trigger-seconds": (_int, 1, "micro-batch interval"),

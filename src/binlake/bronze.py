@@ -1,0 +1,100 @@
+"""Bronze: the append-only change log of one source table, full row images plus `_` metadata.
+
+Both capture paths hand Spark the same generic change rows (`CHANGES`): the table, the operation,
+the sequence, where in the binlog it came from, and the row as a JSON object of encoded values
+(see `schema.Column.encode`). `typed` turns them into the table's typed columns, so the snapshot
+and the binlog give identical values. Operations: `r` snapshot read, `c` insert, `u` update,
+`d` delete (row image before the delete), and `w`: one watermark row per snapshot chunk carrying
+its high watermark (all source columns NULL) -- the record that the chunk landed, written in the
+same commit as its rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from binlake.schema import TableSchema
+
+CHANGES = (
+    "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, "
+    "_gtid STRING, _chunk INT, _row STRING"
+)
+META_FIELDS = [
+    T.StructField("_op", T.StringType()),
+    T.StructField("_seq", T.DecimalType(38, 0)),
+    T.StructField("_ts", T.TimestampType()),
+    T.StructField("_file", T.StringType()),
+    T.StructField("_pos", T.LongType()),
+    T.StructField("_gtid", T.StringType()),
+    T.StructField("_chunk", T.IntegerType()),
+]
+DATA_OPS = ("r", "c", "u", "d")
+
+
+def sql_name(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column_types(schema: TableSchema) -> list[T.StructField]:
+    from pyspark.sql.types import _parse_datatype_string
+
+    return [T.StructField(c.name, _parse_datatype_string(c.spark_type()), True) for c in schema.columns]
+
+
+def struct(schema: TableSchema) -> T.StructType:
+    return T.StructType(column_types(schema) + META_FIELDS)
+
+
+def typed(changes: DataFrame, schema: TableSchema) -> DataFrame:
+    """Generic change rows of one table -> the bronze columns."""
+    payload = T.StructType([T.StructField(c.name, T.StringType()) for c in schema.columns])
+    parsed = changes.withColumn("__r", F.from_json("_row", payload))
+    cols = []
+    for field, col in zip(column_types(schema), schema.columns):
+        raw = F.col("__r").getField(col.name)
+        value = F.unbase64(raw) if col.is_binary else raw.cast(field.dataType)
+        cols.append(value.alias(col.name))
+    meta = [
+        F.col("_op"), F.col("_seq"), F.timestamp_seconds("_ts").alias("_ts"), F.col("_file"), F.col("_pos"),
+        F.col("_gtid"), F.col("_chunk"),
+    ]
+    return parsed.select(*cols, *meta)
+
+
+def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, location):
+        spark.createDataFrame([], struct(schema)).write.format("delta").mode("ignore").save(location)
+
+
+def replace_chunks(df: DataFrame, location: str, chunks: list[int]) -> None:
+    """Write a group's snapshot rows; a re-read chunk replaces its own rows, never duplicates them."""
+    where = f"_chunk IN ({', '.join(str(int(c)) for c in chunks)})"
+    (df.write.format("delta").mode("overwrite").option("replaceWhere", where)
+     .option("mergeSchema", "true").save(location))
+
+
+def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> None:
+    """Append a stream micro-batch exactly once: Delta skips a (app_id, version) it already has."""
+    (df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version)
+     .option("mergeSchema", "true").save(location))
+
+
+def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[dict[str, Any]]:
+    """Per chunk in bronze: its watermark row's position and its row count."""
+    df = spark.read.format("delta").load(location).where(F.col("_chunk").isin([int(c) for c in chunks]))
+    rows = (
+        df.groupBy("_chunk")
+        .agg(
+            F.max(F.when(F.col("_op") == "w", F.col("_file"))).alias("hw_file"),
+            F.max(F.when(F.col("_op") == "w", F.col("_pos"))).alias("hw_pos"),
+            F.sum(F.when(F.col("_op") == "r", 1).otherwise(0)).alias("rows"),
+        )
+        .collect()
+    )
+    return [r.asDict() for r in rows]

@@ -1,0 +1,62 @@
+"""Silver: the current state of one source table (SCD type 1), kept by a Delta MERGE.
+
+A change is applied only if it is newer than what silver holds (`_seq`), and only if bronze holds
+no newer change of the same key. The second rule keeps a snapshot row that reaches silver after a
+later binlog delete of its key from bringing the row back: bronze is the tombstone record, so
+silver itself holds only live rows. Applying the same changes twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from binlake.bronze import DATA_OPS, column_types, sql_name
+from binlake.schema import TableSchema
+
+SILVER_META = [T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("_ts", T.TimestampType())]
+
+
+def struct(schema: TableSchema) -> T.StructType:
+    return T.StructType(column_types(schema) + SILVER_META)
+
+
+def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, location):
+        spark.createDataFrame([], struct(schema)).write.format("delta").mode("ignore").save(location)
+
+
+def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
+    w = Window.partitionBy(*[F.col(sql_name(k)) for k in key]).orderBy(F.col("_seq").desc())
+    return changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
+
+
+def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str) -> None:
+    """MERGE bronze-typed `changes` (any of r/c/u/d) into the silver table at `silver`."""
+    from delta.tables import DeltaTable
+
+    key = list(schema.key)
+    data = changes.where(F.col("_op").isin(*DATA_OPS))
+    latest = latest_per_key(data, key)
+    newer = (
+        spark.read.format("delta").load(bronze)
+        .where(F.col("_op").isin(*DATA_OPS))
+        .select(*[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
+    )
+    cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]
+    cond.append(newer["__s"] > latest["_seq"])
+    source = latest.join(newer, cond, "left_anti")
+    cols = {c.name: f"s.{sql_name(c.name)}" for c in schema.columns}
+    cols.update({"_seq": "s._seq", "_ts": "s._ts"})
+    on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in key)
+    (
+        DeltaTable.forPath(spark, silver).alias("t")
+        .merge(source.alias("s"), on)
+        .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
+        .whenMatchedUpdate(condition="s._op <> 'd' AND s._seq > t._seq", set=cols)
+        .whenNotMatchedInsert(condition="s._op <> 'd'", values=cols)
+        .execute()
+    )

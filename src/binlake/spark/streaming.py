@@ -1,0 +1,140 @@
+"""The binlog stream as a Structured Streaming query: binlake_binlog -> foreachBatch -> bronze + silver.
+
+Each micro-batch appends to bronze with Delta's idempotent-write options (txnAppId, txnVersion = the
+batch id), so a batch replayed after a crash is not appended twice, and MERGEs into silver, which is
+idempotent by `_seq`. Offsets live in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from binlake import bronze, faults, silver
+from binlake.errors import RuntimeFailure
+from binlake.offsets import BinlogPosition
+
+if TYPE_CHECKING:
+    from binlake.pipeline import Context
+
+log = logging.getLogger(__name__)
+
+
+def stream_id(checkpoint: str) -> str:
+    """A stable id for this checkpoint: the idempotent-append key must change if the checkpoint does,
+    or a fresh stream's batch ids 0, 1, ... would be skipped as already written."""
+    path = Path(checkpoint)
+    path.mkdir(parents=True, exist_ok=True)
+    f = path / "binlake-stream-id"
+    if not f.exists():
+        f.write_text(uuid.uuid4().hex)
+    return f.read_text().strip()
+
+
+def committed_offset(checkpoint: str) -> BinlogPosition | None:
+    """The end offset of the last committed micro-batch in the checkpoint, if any."""
+    commits = Path(checkpoint) / "commits"
+    offsets = Path(checkpoint) / "offsets"
+    if not commits.is_dir():
+        return None
+    done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True)
+    for n in done:
+        f = offsets / str(n)
+        if f.exists():
+            last = f.read_text().strip().splitlines()[-1]
+            return BinlogPosition.from_dict(json.loads(last))
+    return None
+
+
+def run_stream(ctx: Context, until_caught_up: bool) -> None:
+    from pyspark.sql import functions as F
+
+    from binlake.pipeline import current_position
+    from binlake.spark import state
+
+    spark = ctx.session()
+    schemas = ctx.schemas()
+    splits = state.load(spark, ctx.target.split_state, ctx.cfg.get("snapshot.group-size"), list(schemas))
+    pending = sum(1 for ss in splits.values() for s in ss if s.status != "done")
+    if pending:
+        raise RuntimeFailure(f"{pending} snapshot chunks are not read yet; the stream starts after the snapshot: "
+                             "run binlake snapshot (or binlake run)")
+    for name, schema in schemas.items():
+        bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
+        silver.ensure_table(spark, ctx.target.silver(name).location, schema)
+    hws = [s.hw for ss in splits.values() for s in ss if s.hw is not None]
+    start = min(hws) if hws else current_position(ctx.cfg)
+    checkpoint = ctx.target.checkpoint
+    app = stream_id(checkpoint)
+    job = {
+        "connection": ctx.public_params(),
+        "schemas": {n: s.to_dict() for n, s in schemas.items()},
+        "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
+        "server_id": ctx.cfg.server_ids.pick(0),
+        "start": start.to_dict(),
+        "is_mariadb": ctx.is_mariadb,
+    }
+    progress_file = ctx.target.stream_progress
+
+    def each_batch(df: Any, batch_id: int) -> None:
+        df.persist()
+        try:
+            seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts")).collect()
+            for row in seen:
+                name = row["_table"]
+                schema = schemas[name]
+                typed = bronze.typed(df.where(F.col("_table") == name), schema)
+                b = ctx.target.bronze(name).location
+                bronze.append_batch(typed, b, f"binlake-stream-{app}-{name}", batch_id)
+                faults.point("mid_stream", name)
+                silver.apply(spark, schema, typed, ctx.target.silver(name).location, b)
+            _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen})
+            log.info("batch %d: %s", batch_id, {r["_table"]: int(r["n"]) for r in seen})
+            faults.point("after_batch", str(batch_id))
+        finally:
+            df.unpersist()
+
+    reader = (spark.readStream.format("binlake_binlog").option("job", json.dumps(job))
+              .option("password", ctx.params["password"]).load())
+    writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
+    if until_caught_up:
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        return
+    query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
+    stop = {"asked": False}
+
+    def ask_stop(signum: int, frame: Any) -> None:
+        stop["asked"] = True
+
+    old = signal.signal(signal.SIGTERM, ask_stop)
+    try:
+        while query.isActive and not stop["asked"]:
+            query.awaitTermination(1)
+        if stop["asked"]:
+            while query.status.get("isTriggerActive"):
+                time.sleep(0.05)
+            query.stop()
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    if query.exception() is not None:
+        raise RuntimeFailure(f"stream failed: {query.exception()}")
+
+
+def _write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"tables": {}}
+    for name, (n, ts) in tables.items():
+        t = old["tables"].setdefault(name, {"rows": 0})
+        t["rows"] = int(t.get("rows", 0)) + n
+        t["last_event"] = ts.timestamp() if ts is not None else t.get("last_event")
+    old["batch"] = batch_id
+    old["updated"] = time.time()
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(old))
+    tmp.replace(path)

@@ -1,0 +1,61 @@
+"""Where binlake's Delta tables live: bronze and silver per source table, the split state, the
+stream checkpoint. Locally everything sits under `target.path`; on Databricks the tables are
+Unity Catalog tables `<catalog>.<schema>.<db>__<table>_{bronze,silver}`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from binlake.config import Config
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", name)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    name: str
+    location: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "location": self.location}
+
+
+@dataclass(frozen=True)
+class Target:
+    root: Path
+    catalog: str | None = None
+    schema: str | None = None
+
+    @classmethod
+    def of(cls, cfg: Config) -> Target:
+        return cls(cfg.target_path, cfg.get("target.catalog"), cfg.get("target.schema"))
+
+    def _ref(self, kind: str, source: str) -> TableRef:
+        db, table = source.split(".", 1)
+        leaf = f"{_safe(db)}__{_safe(table)}"
+        prefix = f"{self.catalog}.{self.schema}." if self.catalog and self.schema else f"{kind}."
+        name = f"{prefix}{leaf}_{kind}" if self.catalog and self.schema else f"{prefix}{leaf}"
+        return TableRef(name, str(self.root / kind / leaf))
+
+    def bronze(self, source: str) -> TableRef:
+        return self._ref("bronze", source)
+
+    def silver(self, source: str) -> TableRef:
+        return self._ref("silver", source)
+
+    @property
+    def split_state(self) -> str:
+        return str(self.root / "_binlake" / "splits")
+
+    @property
+    def checkpoint(self) -> str:
+        return str(self.root / "_binlake" / "checkpoint")
+
+    @property
+    def stream_progress(self) -> Path:
+        return self.root / "_binlake" / "stream.json"
