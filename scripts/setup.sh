@@ -35,7 +35,7 @@ stamp="$VENV/.binlake-installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   echo "binlake setup: installing Python packages into $VENV"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e '.[dev]'
+  "$VENV/bin/pip" install -q -e '.[local,dev]'
   touch "$stamp"
 fi
 
