@@ -95,7 +95,9 @@ def read_changes(
         blocking=False,
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, GtidEvent, MariadbGtidEvent,
                      RotateEvent, XidEvent, QueryEvent],
-        is_mariadb=is_mariadb,
+        # is_mariadb=True would make the library ignore log_file/log_pos and start from a GTID state;
+        # MariaDB GTID events still arrive (the library always sets @mariadb_slave_capability=4).
+        is_mariadb=False,
         enable_logging=False,
     )
     gtid: str | None = None

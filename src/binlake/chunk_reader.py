@@ -70,6 +70,19 @@ def row_identity(schema: TableSchema, row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(c.encode(row.get(c.name)) for c in cols)
 
 
+def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[dict[str, str | None]]:
+    """The chunk's rows as they are now, encoded: no watermarks (what `verify` compares against)."""
+    conn = connect(params)
+    try:
+        where, args = range_predicate(schema, split.start, split.end)
+        cols = ", ".join(quote(c) for c in schema.names)
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}", args)
+            return [schema.encode_row(dict(zip(schema.names, values))) for values in cur.fetchall()]
+    finally:
+        conn.close()
+
+
 def read_chunk(
     params: dict[str, Any],
     schema: TableSchema,

@@ -1,10 +1,14 @@
-"""The entry points of the bundle's python_wheel_tasks: `binlake-plan` and `binlake-snapshot`.
+"""The entry points of the bundle's tasks: `binlake-plan` (run by the plan notebook) and
+`binlake-snapshot` (a python_wheel_task).
 
 Each parses the task parameters into a `Config` (the same keys `binlake --set` takes), reads the
 source password from the Databricks secret scope and key named by the parameters, and calls
 `binlake.pipeline`. They hold no algorithm of their own.
 
-`binlake-plan` hands the chunk-group ids to the job's for_each task as the task value `groups`.
+`binlake-plan` hands the chunk-group ids to the job's for_each task as the task value `groups`. The
+Databricks docs support `dbutils.jobs.taskValues.set` in Python notebooks only, so the job runs it
+from the notebook `src/notebooks/plan.py`, which turns its widgets into these parameters
+(`argv_from_widgets`).
 Databricks stores a task value only if its JSON is at most 48 KiB, so the list is measured before it
 is set: ids 0..999 (the most groups one table gets) take 4,890 bytes, and the limit is reached at
 8,377 groups, whatever the tables.
@@ -37,10 +41,26 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "--tables": ("source.tables", "comma-separated regexes over db.table"),
     "--password-secret-scope": ("databricks.secret-scope", "secret scope holding the source password"),
     "--password-secret-key": ("databricks.secret-key", "secret key of the source password"),
+    "--target-path": ("target.path", "root of the split state and bronze, shared by every task (a UC volume)"),
     "--catalog": ("target.catalog", "Unity Catalog catalog"),
     "--schema": ("target.schema", "Unity Catalog schema"),
     "--chunk-size": ("snapshot.chunk-size", "rows per chunk"),
 }
+
+
+def widget_name(flag: str) -> str:
+    """The plan notebook's widget for a task parameter: `--source-host` -> `source_host`."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def argv_from_widgets(get: Callable[[str], str | None]) -> list[str]:
+    """Task parameters from notebook widgets (`dbutils.widgets.get`); an empty widget is left out."""
+    argv: list[str] = []
+    for flag in PARAMETERS:
+        value = get(widget_name(flag))
+        if value:
+            argv += [flag, value]
+    return argv
 
 
 class SecretsUtil(Protocol):
@@ -64,6 +84,17 @@ class DbUtils(Protocol):
 
     @property
     def jobs(self) -> JobsUtil: ...
+
+
+class WidgetsUtil(Protocol):
+    def text(self, name: str, defaultValue: str) -> None: ...  # dbutils' own spelling
+
+    def get(self, name: str) -> str: ...
+
+
+class NotebookDbUtils(DbUtils, Protocol):
+    @property
+    def widgets(self) -> WidgetsUtil: ...
 
 
 def task_value_for(group_ids: Sequence[int]) -> str:
@@ -92,6 +123,18 @@ def task_value_for(group_ids: Sequence[int]) -> str:
 def plan_main(argv: Sequence[str] | None = None, *, dbutils: DbUtils | None = None) -> None:
     """`binlake-plan`: plan the snapshot chunks and set the task value `groups`."""
     _run("binlake-plan", lambda: _plan(argv, dbutils))
+
+
+def plan_in_notebook(dbutils: NotebookDbUtils) -> None:
+    """The plan notebook's body: its widgets become `binlake-plan`'s parameters.
+
+    A notebook has no exit code, so a failure is raised as the binlake error itself -- its one-line
+    message names the setting and the fix -- and fails the task.
+    """
+    for flag in PARAMETERS:
+        dbutils.widgets.text(widget_name(flag), "")  # the job's base_parameters fill them in
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _plan(argv_from_widgets(dbutils.widgets.get), dbutils)
 
 
 def snapshot_main(argv: Sequence[str] | None = None, *, dbutils: DbUtils | None = None) -> None:
@@ -139,16 +182,27 @@ def load_config(ns: argparse.Namespace, dbutils: Callable[[], DbUtils]) -> confi
 
     Without a scope and key the password comes from BINLAKE_SOURCE_PASSWORD, as locally.
     """
-    overrides = overrides_from(ns)
+    return load_with_secret(overrides_from(ns), dbutils, flag_hint=True)
+
+
+def load_with_secret(
+    overrides: list[str], dbutils: Callable[[], DbUtils], *, flag_hint: bool = False
+) -> config_mod.Config:
+    """`config.load(None, overrides)`, then the password from databricks.secret-scope/secret-key.
+
+    `dbutils` is called only when a scope and key are set, so nothing asks Databricks for a secret
+    locally. Without them the password comes from BINLAKE_SOURCE_PASSWORD (or stays empty).
+    """
     cfg = config_mod.load(None, overrides)
     scope, key = cfg.get("databricks.secret-scope"), cfg.get("databricks.secret-key")
     if not scope and not key:
         return cfg
     if not scope or not key:
         have, missing = ("secret-scope", "secret-key") if scope else ("secret-key", "secret-scope")
+        fix = f"pass --password-{missing}" if flag_hint else f"set databricks.{missing}"
         raise ConfigError(
             f"databricks.{missing} is not set but databricks.{have} is; binlake needs both to read the "
-            f"source password: pass --password-{missing}"
+            f"source password: {fix}"
         )
     password = _read_secret(dbutils(), str(scope), str(key))
     return config_mod.load(None, [*overrides, f"source.password={password}"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from binlake.errors import ConfigError
 
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
 
 
@@ -34,6 +35,9 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault(
+        "PYSPARK_SUBMIT_ARGS", f"--driver-java-options -Dlog4j2.configurationFile=file:{LOG_CONFIG} pyspark-shell"
+    )
     builder = (
         SparkSession.builder.master(f"local[{max(1, parallelism)}]")
         .appName(app_name)

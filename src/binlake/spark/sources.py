@@ -44,7 +44,7 @@ class SnapshotReader(DataSourceReader):
         return [ChunkSlot(i, ids[i], splits[i::slots]) for i in range(slots)]
 
     def read(self, partition: ChunkSlot) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
-        from binlake.chunk_reader import read_chunk
+        from binlake.chunk_reader import read_chunk, select_chunk
         from binlake.schema import TableSchema
         from binlake.splits import Split
 
@@ -53,6 +53,10 @@ class SnapshotReader(DataSourceReader):
         schema = TableSchema.from_dict(job["schema"])
         for raw in partition.splits:
             split = Split.from_dict(raw)
+            if job.get("plain"):
+                for row in select_chunk(params, schema, split):
+                    yield (schema.name, "r", None, None, None, None, None, split.index, json.dumps(row, ensure_ascii=False))
+                continue
             result = read_chunk(params, schema, split, partition.server_id, is_mariadb=job.get("is_mariadb", True))
             seq = decimal.Decimal(result.hw.seq(0))
             for row in result.rows:

@@ -104,7 +104,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     if until_caught_up:
         query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
+        _await(query)
         return
     query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
     stop = {"asked": False}
@@ -122,8 +122,18 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
             query.stop()
     finally:
         signal.signal(signal.SIGTERM, old)
-    if query.exception() is not None:
-        raise RuntimeFailure(f"stream failed: {query.exception()}")
+    _await(query)
+
+
+def _await(query: Any) -> None:
+    """Wait for the query to end; a failure becomes one line with the first cause, not a JVM trace."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as exc:
+        cause = next((ln.strip() for ln in str(exc).splitlines() if "Error" in ln or "binlake" in ln), str(exc)[:300])
+        raise RuntimeFailure(f"stream failed: {cause[:500]}") from None
 
 
 def _write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]]) -> None:
@@ -132,7 +142,7 @@ def _write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]
     for name, (n, ts) in tables.items():
         t = old["tables"].setdefault(name, {"rows": 0})
         t["rows"] = int(t.get("rows", 0)) + n
-        t["last_event"] = ts.timestamp() if ts is not None else t.get("last_event")
+        t["last_event"] = int(ts) if ts is not None else t.get("last_event")
     old["batch"] = batch_id
     old["updated"] = time.time()
     tmp = path.with_suffix(".tmp")

@@ -1,0 +1,181 @@
+"""The binlake Lakeflow pipeline: the binlog into bronze, then AUTO CDC into one silver table per source table.
+
+resources/binlake.pipeline.yml names this file as the pipeline's source; the pipeline runtime (or
+open-source `spark-pipelines`) executes it with `spark` defined. The graph:
+
+    binlake_binlog source ──► binlake_changes            every row event of every captured table,
+                                   │                      as the source emits it (generic rows)
+              per table:           ▼
+    <db>__<table>_bronze ──► <db>__<table>_changes ──AUTO CDC──► <db>__<table>_silver
+    (the snapshot rows the      typed binlog changes of          keyed by the table's key,
+     job's snapshot task wrote)  the table + its snapshot rows    ordered by _seq, 'd' deletes
+
+The snapshot rows and the binlog changes share one order, `_seq` (a chunk's rows rank at its high
+watermark), so AUTO CDC lets a snapshot row that arrives after a later change of its key lose, as
+the local MERGE does.
+
+Settings come from the pipeline configuration, `binlake.<section>.<key>` for every key of
+`binlake.config` (`binlake.source.hostname`, ...), plus `binlake.silver.scd-type` (1, or 2 on
+Databricks). The password is read from the secret scope and key named by
+`binlake.databricks.secret-scope` / `secret-key`, or locally from BINLAKE_SOURCE_PASSWORD; it is
+never part of the configuration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from binlake import bronze, silver
+from binlake import config as config_mod
+from binlake.errors import ConfigError
+from binlake.schema import TableSchema
+from binlake.target import Target
+
+CONF_PREFIX = "binlake."
+SCD_TYPE_KEY = "binlake.silver.scd-type"
+PIPELINE_ONLY_KEYS = frozenset({SCD_TYPE_KEY})  # pipeline settings that are no binlake.config key
+BINLOG_TABLE = "binlake_changes"
+# config keys whose value is YAML (a mapping); every other value is taken as the text it is
+_STRUCTURED_KEYS = frozenset({"source.chunk-key"})
+# bronze metadata that silver does not keep; silver keeps what binlake.silver keeps locally
+EXCEPT_COLUMNS = [f.name for f in bronze.META_FIELDS if f.name not in {s.name for s in silver.SILVER_META}]
+
+
+def conf_overrides(conf_get: Callable[[str], str | None]) -> list[str]:
+    """`section.key=value` overrides from the pipeline configuration's `binlake.section.key` entries."""
+    if conf_get(f"{CONF_PREFIX}source.password") is not None:
+        raise ConfigError(
+            "binlake.source.password is set in the pipeline configuration, where every workspace user can "
+            "read it; binlake reads the password only from a secret scope: remove it and set "
+            "binlake.databricks.secret-scope and binlake.databricks.secret-key"
+        )
+    out: list[str] = []
+    for section, keys in config_mod.SCHEMA.items():
+        for key in keys:
+            dotted = f"{section}.{key}"
+            value = conf_get(CONF_PREFIX + dotted)
+            if value is None or dotted in config_mod.SECRET_KEYS:
+                continue
+            # JSON text is a double-quoted YAML scalar, so a regex or a host named 'null' stays as typed
+            out.append(f"{dotted}={value if dotted in _STRUCTURED_KEYS else json.dumps(value)}")
+    return out
+
+
+def scd_type(conf_get: Callable[[str], str | None]) -> int:
+    """Silver's SCD type from `binlake.silver.scd-type`: 1 (default) or 2 (Databricks pipelines only)."""
+    raw = (conf_get(SCD_TYPE_KEY) or "1").strip()
+    if raw not in ("1", "2"):
+        raise ConfigError(f"{SCD_TYPE_KEY} is {raw!r}; binlake needs 1 or 2: fix {SCD_TYPE_KEY}")
+    return int(raw)
+
+
+def dataset_name(target: Target, kind: str, source: str) -> str:
+    """`<db>__<table>_<kind>`, unqualified: the pipeline publishes to its own catalog and schema."""
+    leaf = target.bronze(source).name.rsplit(".", 1)[-1]
+    return f"{leaf.removesuffix('_bronze')}_{kind}"
+
+
+def pipeline_config(spark: Any, dbutils: Callable[[], Any] | None = None) -> config_mod.Config:
+    """The binlake configuration from the pipeline configuration, with the password from the secret scope."""
+    from binlake.databricks.entrypoints import load_with_secret, runtime_dbutils
+
+    def conf_get(key: str) -> str | None:
+        value = spark.conf.get(key, None)
+        return None if value is None else str(value)
+
+    def utils() -> Any:
+        return dbutils() if dbutils is not None else runtime_dbutils("binlake pipeline", needs_task_values=False)
+
+    return load_with_secret(conf_overrides(conf_get), utils)
+
+
+def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
+    """Register the pipeline's datasets and flows with the active pipeline graph."""
+    from pyspark import pipelines as dp
+
+    from binlake.databricks import stream_job
+    from binlake.pipeline import Context
+    from binlake.spark.sources import register
+
+    cfg = pipeline_config(spark, dbutils)
+    scd = scd_type(lambda k: spark.conf.get(k, None))
+    ctx = Context(cfg)
+    ctx.spark = spark  # the pipeline's session; never a local one
+    register(spark)
+    job = stream_job.build(ctx)
+
+    @dp.table(name=BINLOG_TABLE, comment="every binlog row event of the captured tables, from min(HW) on")
+    def binlog_changes() -> Any:
+        return spark.readStream.format("binlake_binlog").options(**job.options()).load()
+
+    for name, schema in job.schemas.items():
+        _define_table(dp, spark, ctx.target, name, schema, scd)
+
+
+def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableSchema, scd: int) -> None:
+    from pyspark.sql import functions as F
+
+    view = dataset_name(target, "changes", name)
+    snapshot_location = target.bronze(name).location
+
+    # Built here, not in the view's function: bronze.typed parses the column types, which under Spark
+    # Connect is a call to the server that a pipeline refuses inside a query function
+    # (ATTEMPT_ANALYSIS_IN_PIPELINE_QUERY_FUNCTION). The frame itself stays lazy.
+    binlog = bronze.typed(spark.readStream.table(BINLOG_TABLE).where(F.col("_table") == name), schema)
+    # The snapshot task writes each chunk once (a re-read replaces rows it never committed), so the
+    # bronze table only grows and can be read as a stream.
+    snapshot = spark.readStream.format("delta").load(snapshot_location).where(F.col("_op") == "r")
+    frame = binlog.unionByName(snapshot, allowMissingColumns=True)
+
+    @dp.temporary_view(name=view, comment=f"{name}: snapshot rows and binlog changes, typed")
+    def changes() -> Any:
+        return frame
+
+    table = dataset_name(target, "silver", name)
+    dp.create_streaming_table(table, comment=f"{name}: current state (SCD type {scd}) applied by AUTO CDC")
+    auto_cdc_flow(dp, table, view, list(schema.key), scd)
+
+
+def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int) -> None:
+    """Apply `view`'s changes to `table`: per key, the change with the highest `_seq` wins; 'd' deletes.
+
+    Only arguments open-source Spark 4.2's `create_auto_cdc_flow` takes, so one source file serves
+    both; it refuses SCD type 2, which Databricks keeps.
+    """
+    try:
+        dp.create_auto_cdc_flow(
+            target=table,
+            source=view,
+            keys=keys,
+            sequence_by="_seq",
+            apply_as_deletes="_op = 'd'",
+            except_column_list=list(EXCEPT_COLUMNS),
+            stored_as_scd_type=scd,
+        )
+    except TypeError as exc:  # PySparkTypeError
+        if scd == 1 or "stored_as_scd_type" not in str(exc):
+            raise
+        raise ConfigError(
+            f"{SCD_TYPE_KEY} is 2; this Spark's create_auto_cdc_flow keeps SCD type 1 only (open-source "
+            f"Spark), type 2 needs a Databricks pipeline: set {SCD_TYPE_KEY}=1 here"
+        ) from None
+
+
+def _runtime_globals() -> tuple[Any, Callable[[], Any] | None]:
+    """`spark` and `dbutils` as the pipeline runtime defines them for this file, if it does."""
+    try:
+        session = spark  # type: ignore[name-defined]  # noqa: F821 - defined by the pipeline runtime
+    except NameError:
+        return None, None
+    try:
+        utils = dbutils  # type: ignore[name-defined]  # noqa: F821 - defined on Databricks
+    except NameError:
+        return session, None
+    return session, lambda: utils
+
+
+_session, _dbutils = _runtime_globals()
+if _session is not None:
+    define(_session, _dbutils)

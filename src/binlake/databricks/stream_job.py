@@ -1,0 +1,97 @@
+"""What the Lakeflow pipeline's binlog source needs: the same `job` option `binlake stream` builds.
+
+`binlake_binlog` (spark/sources.py) reads one JSON option `job`: the connection without the password
+(that travels in the `password` option, which Spark redacts), the schemas of the captured tables,
+every table's chunks with their high watermarks, the stream's server id, the start position
+min(HW) and whether the server is MariaDB. The local stream (spark/streaming.py) builds it inline;
+this module builds the same for the pipeline from `binlake.pipeline.Context` and the split state.
+
+The stream starts after the snapshot, so a table that has no chunks, or a chunk not read yet, is
+refused here with the step to run: without a high watermark the handover rule cannot tell which
+binlog events a chunk already holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from binlake.errors import RuntimeFailure
+from binlake.schema import TableSchema
+from binlake.splits import Split
+
+if TYPE_CHECKING:
+    from binlake.pipeline import Context
+
+# error conditions Spark and Delta give for a path that holds no Delta table (yet)
+_NO_TABLE = ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND", "is not a Delta table")
+
+
+@dataclass(frozen=True)
+class StreamJob:
+    """The binlog source's options for one pipeline update, and the tables it captures."""
+
+    job: dict[str, Any]
+    password: str
+    schemas: dict[str, TableSchema]
+
+    def options(self) -> dict[str, str]:
+        """`format("binlake_binlog").options(**...)`: the job as JSON, the password on its own."""
+        return {"job": json.dumps(self.job), "password": self.password}
+
+
+def load_splits(spark: Any, path: str, group_size: int, tables: list[str]) -> dict[str, list[Split]]:
+    """The split state's chunks of `tables`, in chunk order; {} when there is no split state yet.
+
+    Read as a plain Delta table rather than through `binlake.spark.state.load`, which asks
+    `delta.tables.DeltaTable` whether the table exists: under Spark Connect (a pipeline's session)
+    that call needs Delta's Connect plugin in the server, which open-source `spark-pipelines` lacks.
+    """
+    from pyspark.errors import AnalysisException
+
+    try:
+        rows = spark.read.format("delta").load(path).orderBy("table", "chunk").collect()
+    except AnalysisException as exc:
+        text = f"{exc.getCondition() or ''} {exc}"
+        if any(marker in text for marker in _NO_TABLE):
+            return {}
+        raise
+    wanted = set(tables)
+    out: dict[str, list[Split]] = {}
+    for r in rows:
+        if r["table"] in wanted:
+            out.setdefault(r["table"], []).append(Split.from_dict(r.asDict(), group_size))
+    return out
+
+
+def build(ctx: Context) -> StreamJob:
+    """The binlog source's job for the captured tables, starting at the smallest high watermark."""
+    schemas = ctx.schemas()
+    state = ctx.target.split_state
+    splits = load_splits(ctx.session(), state, int(ctx.cfg.get("snapshot.group-size")), list(schemas))
+    unplanned = [name for name in schemas if not splits.get(name)]
+    if unplanned:
+        raise RuntimeFailure(
+            f"{', '.join(unplanned)} has no planned chunks in the split state {state}; the pipeline streams "
+            "the binlog after the snapshot: run the binlake job (plan, snapshot, then this pipeline), and "
+            "check that target.path is the same for the job and the pipeline"
+        )
+    pending = {name: sum(1 for s in ss if s.status != "done" or s.hw is None) for name, ss in splits.items()}
+    pending = {name: n for name, n in pending.items() if n}
+    if pending:
+        listed = ", ".join(f"{name} ({n})" for name, n in sorted(pending.items()))
+        raise RuntimeFailure(
+            f"snapshot chunks not read yet: {listed}; the pipeline streams the binlog after the snapshot: "
+            "run the binlake job's snapshot task (or binlake snapshot) first"
+        )
+    start = min(s.hw for ss in splits.values() for s in ss if s.hw is not None)  # type: ignore[type-var]
+    job = {
+        "connection": ctx.public_params(),
+        "schemas": {n: s.to_dict() for n, s in schemas.items()},
+        "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
+        "server_id": ctx.cfg.server_ids.pick(0),
+        "start": start.to_dict(),
+        "is_mariadb": ctx.is_mariadb,
+    }
+    return StreamJob(job, str(ctx.params["password"]), schemas)

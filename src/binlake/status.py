@@ -1,0 +1,77 @@
+"""`binlake status`: per table, chunks planned/done, rows, phase, binlog position and lag."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from binlake.config import Config
+from binlake.pipeline import Context
+
+
+def status(cfg: Config) -> dict[str, Any]:
+    from binlake.source import connect, master_position
+    from binlake.spark import state
+    from binlake.spark.streaming import committed_offset
+
+    ctx = Context(cfg)
+    spark = ctx.session()
+    splits = state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
+    position = committed_offset(ctx.target.checkpoint)
+    progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
+    conn = connect(ctx.params)
+    try:
+        head = master_position(conn)
+    finally:
+        conn.close()
+    from delta.tables import DeltaTable
+
+    tables = []
+    for name in ctx.schemas():
+        ss = splits.get(name, [])
+        done = [s for s in ss if s.status == "done"]
+        silver = ctx.target.silver(name)
+        rows = (spark.read.format("delta").load(silver.location).count()
+                if DeltaTable.isDeltaTable(spark, silver.location) else 0)
+        planned_all = bool(ss) and ss[-1].end is None
+        max_hw = max((s.hw for s in done if s.hw), default=None)
+        if not ss:
+            phase = "not started"
+        elif not planned_all:
+            phase = "planning"
+        elif len(done) < len(ss):
+            phase = "snapshot"
+        elif position is None or (max_hw is not None and position < max_hw):
+            phase = "handover"
+        else:
+            phase = "binlog"
+        lag: float | None = None
+        if position is not None:
+            if position >= head:
+                lag = 0.0
+            else:
+                last = progress.get("tables", {}).get(name, {}).get("last_event")
+                lag = round(time.time() - last, 1) if last else None
+        tables.append({
+            "source": name,
+            "phase": phase,
+            "chunks": {"planned": len(ss), "done": len(done)},
+            "rows": rows,
+            "bronze": ctx.target.bronze(name).to_dict(),
+            "silver": silver.to_dict(),
+            "binlog": {"position": str(position) if position else None, "head": str(head), "lag_seconds": lag},
+        })
+    return {"tables": tables}
+
+
+def render(report: dict[str, Any]) -> str:
+    lines = []
+    for t in report["tables"]:
+        b = t["binlog"]
+        lag = "-" if b["lag_seconds"] is None else f"{b['lag_seconds']}s"
+        lines.append(
+            f"{t['source']}: {t['phase']}, chunks {t['chunks']['done']}/{t['chunks']['planned']}, rows {t['rows']}, "
+            f"binlog {b['position'] or '-'} (lag {lag})\n  bronze {t['bronze']['location']}\n  silver {t['silver']['location']}"
+        )
+    return "\n".join(lines)
