@@ -16,7 +16,7 @@ from databricks.bundles.jobs import Job
 from databricks.bundles.pipelines import Pipeline
 
 from binlake import config as config_mod
-from binlake.databricks import entrypoints
+from binlake.databricks import entrypoints, pipeline_source
 from binlake.databricks.entrypoints import TASK_VALUE_KEY, TASK_VALUE_LIMIT_BYTES, task_value_for
 from binlake.errors import ConfigError
 
@@ -25,21 +25,37 @@ from .conftest import ROOT, Bundle
 VAR_REF = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 EXPECTED_VARIABLES = {
     "source_host", "source_port", "source_user", "password_secret_scope", "password_secret_key",
-    "tables", "catalog", "schema", "chunk_size", "snapshot_concurrency",
+    "tables", "state_volume", "catalog", "schema", "chunk_size", "snapshot_concurrency", "scd_type",
 }
+PLAN_NOTEBOOK = ROOT / "src" / "notebooks" / "plan.py"
 
 
 def tasks_by_key(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["task_key"]: t for t in job["tasks"]}
 
 
-def wheel_tasks(bundle: Bundle) -> Iterator[dict[str, Any]]:
+def all_tasks(bundle: Bundle) -> Iterator[dict[str, Any]]:
     for job in bundle.jobs.values():
         for task in job["tasks"]:
             inner = task.get("for_each_task", {}).get("task")
-            for t in (task, inner):
-                if t and "python_wheel_task" in t:
-                    yield t
+            yield from (t for t in (task, inner) if t)
+
+
+def wheel_tasks(bundle: Bundle) -> Iterator[dict[str, Any]]:
+    return (t for t in all_tasks(bundle) if "python_wheel_task" in t)
+
+
+def notebook_tasks(bundle: Bundle) -> Iterator[dict[str, Any]]:
+    return (t for t in all_tasks(bundle) if "notebook_task" in t)
+
+
+def task_argv(task: dict[str, Any]) -> list[str]:
+    """What the entry point receives: a wheel task's parameters, or the plan notebook's widgets
+    turned into parameters as the notebook turns them."""
+    if "python_wheel_task" in task:
+        return [str(p) for p in task["python_wheel_task"]["parameters"]]
+    widgets = {k: str(v) for k, v in task["notebook_task"]["base_parameters"].items()}
+    return entrypoints.argv_from_widgets(widgets.get)
 
 
 # -- databricks-bundles parses every resource ---------------------------------------------------
@@ -58,7 +74,7 @@ def test_every_pipeline_parses_with_databricks_bundles(bundle: Bundle) -> None:
         assert pipeline.name == name
 
 
-@pytest.mark.parametrize("where", ["job", "task", "for_each inner task", "wheel task"])
+@pytest.mark.parametrize("where", ["job", "task", "for_each inner task", "wheel task", "notebook task"])
 def test_an_unknown_job_field_is_refused(bundle: Bundle, where: str) -> None:
     body = copy.deepcopy(bundle.jobs["binlake"])
     tasks = tasks_by_key(body)
@@ -66,7 +82,8 @@ def test_an_unknown_job_field_is_refused(bundle: Bundle, where: str) -> None:
         "job": body,
         "task": tasks["plan"],
         "for_each inner task": tasks["snapshot"]["for_each_task"]["task"],
-        "wheel task": tasks["plan"]["python_wheel_task"],
+        "wheel task": tasks["snapshot"]["for_each_task"]["task"]["python_wheel_task"],
+        "notebook task": tasks["plan"]["notebook_task"],
     }[where]
     target["entrypoint"] = "binlake-plan"  # a plausible typo of entry_point
     with pytest.raises(ValueError, match="Unexpected field 'entrypoint'"):
@@ -89,8 +106,9 @@ def test_task_graph_is_plan_then_for_each_snapshot_then_stream(bundle: Bundle) -
     deps = {k: [d["task_key"] for d in t.get("depends_on", [])] for k, t in tasks.items()}
     assert deps == {"plan": [], "snapshot": ["plan"], "stream": ["snapshot"]}
 
-    plan = tasks["plan"]["python_wheel_task"]
-    assert (plan["package_name"], plan["entry_point"]) == ("binlake", "binlake-plan")
+    # the plan is a notebook: Databricks documents dbutils.jobs.taskValues.set for notebooks only
+    plan = tasks["plan"]["notebook_task"]
+    assert (ROOT / "resources" / plan["notebook_path"]).resolve() == PLAN_NOTEBOOK
 
     for_each = tasks["snapshot"]["for_each_task"]
     assert for_each["inputs"] == "{{tasks.plan.values." + TASK_VALUE_KEY + "}}"
@@ -117,9 +135,34 @@ def test_tasks_are_serverless_with_the_wheel(bundle: Bundle) -> None:
     assert "environment_version" in spec or "client" in spec
     assert "../dist/*.whl" in spec["dependencies"]
     assert "job_clusters" not in job
+    for task in all_tasks(bundle):
+        assert not {"new_cluster", "existing_cluster_id", "job_cluster_key"} & set(task)
     for task in wheel_tasks(bundle):
         assert task["environment_key"] == "default"
-        assert not {"new_cluster", "existing_cluster_id", "job_cluster_key"} & set(task)
+    # a serverless notebook task takes no environment_key; the notebook installs binlake itself
+    for task in notebook_tasks(bundle):
+        assert "environment_key" not in task
+        assert "libraries" not in task
+
+
+def test_the_plan_notebook_installs_binlake_and_runs_the_plan() -> None:
+    text = PLAN_NOTEBOOK.read_text()
+    assert text.startswith("# Databricks notebook source\n")
+    cells = [c.strip() for c in text.split("# COMMAND ----------")]
+    (pip,) = [c for c in cells if "%pip" in c]
+    assert pip.startswith("# MAGIC %pip install"), "a magic command must open its cell"
+    target = pip.split()[-1]
+    assert (PLAN_NOTEBOOK.parent / target).resolve() == ROOT  # the deployed bundle root: pyproject.toml
+    restart = cells.index(pip) + 1
+    assert cells[restart].startswith("dbutils.library.restartPython()")
+    assert "plan_in_notebook(dbutils)" in cells[-1]
+    compile(text, str(PLAN_NOTEBOOK), "exec")
+
+
+def test_the_plan_notebook_is_not_packaged_in_the_wheel() -> None:
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["binlake*"]
 
 
 def project_scripts() -> dict[str, str]:
@@ -145,7 +188,7 @@ SAMPLE_VARS = {
     "source_host": "db.internal", "source_port": "3307", "source_user": "cdc",
     "password_secret_scope": "binlake", "password_secret_key": "source-password",
     "tables": r"shop\.orders,shop\.customer.*", "catalog": "main", "schema": "cdc",
-    "chunk_size": "4096", "snapshot_concurrency": "8",
+    "chunk_size": "4096", "snapshot_concurrency": "8", "state_volume": "binlake", "scd_type": "1",
 }
 
 
@@ -156,11 +199,14 @@ def _resolve(value: str, extra: dict[str, str] | None = None) -> str:
     return out
 
 
-def test_wheel_task_parameters_build_the_intended_config(bundle: Bundle) -> None:
-    """Each wheel task's parameters, with the variables filled in, parse into the configuration the
-    variables name; the password comes from the scope and key, never from a parameter."""
-    for task in wheel_tasks(bundle):
-        params = [_resolve(str(p), {"{{input}}": "3"}) for p in task["python_wheel_task"]["parameters"]]
+def test_task_parameters_build_the_intended_config(bundle: Bundle) -> None:
+    """Each task's parameters (the plan notebook's widgets, the snapshot wheel task's parameters),
+    with the variables filled in, parse into the configuration the variables name; the password
+    comes from the scope and key, never from a parameter."""
+    tasks = list(wheel_tasks(bundle)) + list(notebook_tasks(bundle))
+    assert {t["task_key"] for t in tasks} == {"plan", "snapshot_group"}
+    for task in tasks:
+        params = [_resolve(p, {"{{input}}": "3"}) for p in task_argv(task)]
         parser = entrypoints._parser("t", "t")
         if "--group" in params:
             parser.add_argument("--group", type=int)
@@ -172,11 +218,19 @@ def test_wheel_task_parameters_build_the_intended_config(bundle: Bundle) -> None
         assert cfg.tables == [r"shop\.orders", r"shop\.customer.*"]
         assert cfg.get("databricks.secret-scope") == "binlake"
         assert cfg.get("databricks.secret-key") == "source-password"
+        assert cfg.get("target.path") == "/Volumes/main/cdc/binlake"
         assert (cfg.get("target.catalog"), cfg.get("target.schema")) == ("main", "cdc")
         assert cfg.chunk_size == 4096
         assert cfg.get("source.password") == "pw-from-binlake/source-password"
-        flags = {p for p in task["python_wheel_task"]["parameters"] if str(p).startswith("--")}
+        flags = {p for p in task_argv(task) if str(p).startswith("--")}
         assert flags <= set(entrypoints.PARAMETERS) | {"--group"}, flags
+
+
+def test_the_plan_widgets_are_named_after_the_parameters(bundle: Bundle) -> None:
+    (plan,) = notebook_tasks(bundle)
+    widgets = set(plan["notebook_task"]["base_parameters"])
+    assert widgets == {entrypoints.widget_name(f) for f in entrypoints.PARAMETERS}
+    assert entrypoints.widget_name("--password-secret-scope") == "password_secret_scope"
 
 
 class _StandInSecrets:
@@ -203,26 +257,28 @@ def test_pipeline_is_serverless_and_runs_the_pipeline_source(bundle: Bundle) -> 
 def test_pipeline_configuration_names_real_config_keys(bundle: Bundle) -> None:
     conf = bundle.pipelines["binlake_pipeline"]["configuration"]
     valid = {f"binlake.{s}.{k}" for s, keys in config_mod.SCHEMA.items() for k in keys}
-    assert set(conf) <= valid, set(conf) - valid
+    assert set(conf) <= valid | pipeline_source.PIPELINE_ONLY_KEYS, set(conf) - valid
     assert "binlake.source.password" not in conf
     expected = {
         "binlake.source.hostname": "${var.source_host}",
         "binlake.source.port": "${var.source_port}",
         "binlake.source.username": "${var.source_user}",
         "binlake.source.tables": "${var.tables}",
+        "binlake.target.path": "/Volumes/${var.catalog}/${var.schema}/${var.state_volume}",
         "binlake.databricks.secret-scope": "${var.password_secret_scope}",
         "binlake.databricks.secret-key": "${var.password_secret_key}",
         "binlake.target.catalog": "${var.catalog}",
         "binlake.target.schema": "${var.schema}",
         "binlake.snapshot.chunk-size": "${var.chunk_size}",
+        "binlake.silver.scd-type": "${var.scd_type}",
     }
     assert conf == expected
 
 
 def test_job_and_pipeline_feed_each_config_key_from_the_same_variable(bundle: Bundle) -> None:
     conf = bundle.pipelines["binlake_pipeline"]["configuration"]
-    for task in wheel_tasks(bundle):
-        params = task["python_wheel_task"]["parameters"]
+    for task in list(wheel_tasks(bundle)) + list(notebook_tasks(bundle)):
+        params = task_argv(task)
         for flag, (key, _help) in entrypoints.PARAMETERS.items():
             assert flag in params, f"{task['task_key']} does not pass {flag}"
             assert params[params.index(flag) + 1] == conf[f"binlake.{key}"], flag
@@ -253,6 +309,7 @@ def test_variables(bundle: Bundle) -> None:
     assert EXPECTED_VARIABLES <= set(variables)
     assert variables["chunk_size"]["default"] == 8096 == config_mod.SCHEMA["snapshot"]["chunk-size"][1]
     assert variables["snapshot_concurrency"]["default"] == 8
+    assert variables["scd_type"]["default"] == 1
     for name, body in variables.items():
         assert body.get("description"), f"variable {name} has no description"
 
@@ -372,11 +429,12 @@ def test_task_value_for_a_100_million_row_table_is_small() -> None:
     assert math.ceil(10**8 / chunk_size) == 12352
     capped = simulated_group_ids(10**8, chunk_size, group_size)
     uncapped = simulated_group_ids(10**8, chunk_size, group_size, max_groups=10**9)
-    assert (len(capped), len(uncapped)) == (1000, 1544)
-    for ids in (capped, uncapped):
+    assert len(uncapped) == math.ceil(12352 / group_size)  # 772 at the default group size of 16
+    assert len(capped) == min(1000, len(uncapped))
+    for ids in (capped, uncapped, list(range(1000))):
         text = task_value_for(ids)
         assert len(text.encode()) < TASK_VALUE_LIMIT_BYTES / 4, len(text)
-    assert len(task_value_for(capped)) == 4890
+    assert len(task_value_for(list(range(1000)))) == 4890  # the most groups one table gets
 
 
 def test_task_value_with_the_planners_group_ids() -> None:
@@ -386,7 +444,7 @@ def test_task_value_with_the_planners_group_ids() -> None:
     group_size = config_mod.SCHEMA["snapshot"]["group-size"][1]
     for table_no in (0, 9):
         ids = sorted({group_id(table_no, index, group_size) for index in range(12352)})
-        assert len(ids) == 1544
+        assert len(ids) == math.ceil(12352 / group_size)
         assert len(task_value_for(ids)) < TASK_VALUE_LIMIT_BYTES / 2
 
 

@@ -19,7 +19,8 @@ import databricks.sdk
 import pytest
 
 from binlake.config import Config
-from binlake.databricks.entrypoints import plan_main, snapshot_main
+from binlake.databricks.entrypoints import PARAMETERS, plan_in_notebook, plan_main, snapshot_main, widget_name
+from binlake.errors import ConfigError
 
 PASSWORD = "pw-Zq8#xT!s3cr3t"
 PARAMS = [
@@ -55,6 +56,22 @@ class StandInDbUtils:
 
         self.secrets = Secrets()
         self.jobs = types.SimpleNamespace(taskValues=TaskValues())
+        self.widgets = StandInWidgets()
+
+
+@dataclass
+class StandInWidgets:
+    """dbutils.widgets of a notebook task: `values` are the job's base_parameters."""
+
+    values: dict[str, str] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+
+    def text(self, name: str, defaultValue: str) -> None:
+        self.created.append(name)
+        self.values.setdefault(name, defaultValue)
+
+    def get(self, name: str) -> str:
+        return self.values[name]
 
 
 @dataclass
@@ -258,3 +275,43 @@ def test_outside_databricks_plan_says_where_it_runs(pipeline: RecordingPipeline,
     assert exit_.value.code == 1
     assert "runs as a task of the binlake job" in capsys.readouterr().err
     assert pipeline.calls == []
+
+
+# -- the plan notebook ---------------------------------------------------------------------------------
+
+def notebook_widgets(params: list[str]) -> dict[str, str]:
+    return {widget_name(flag): value for flag, value in zip(params[::2], params[1::2])}
+
+
+def test_the_plan_notebook_turns_its_widgets_into_the_plan(pipeline: RecordingPipeline,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    dbutils = StandInDbUtils()
+    dbutils.widgets.values = notebook_widgets(PARAMS)
+    plan_in_notebook(dbutils)  # type: ignore[arg-type]
+
+    assert sorted(dbutils.widgets.created) == sorted(widget_name(f) for f in PARAMETERS)
+    assert [c[0] for c in pipeline.calls] == ["plan", "group_ids"]
+    cfg = pipeline.calls[0][1]
+    assert (cfg.get("source.hostname"), cfg.get("source.port")) == ("db.internal", 3307)
+    assert cfg.tables == [r"shop\.orders", r"shop\.customer.*"]
+    assert cfg.get("source.password") == PASSWORD
+    assert dbutils.task_values == [("groups", list(range(1000)))]
+    assert_password_never_shown(capsys, caplog)
+
+
+def test_an_empty_widget_leaves_the_default(pipeline: RecordingPipeline) -> None:
+    dbutils = StandInDbUtils()
+    dbutils.widgets.values = {**notebook_widgets(PARAMS), "source_port": "", "chunk_size": ""}
+    plan_in_notebook(dbutils)  # type: ignore[arg-type]
+    cfg = pipeline.calls[0][1]
+    assert (cfg.get("source.port"), cfg.chunk_size) == (3306, 8096)
+
+
+def test_the_plan_notebook_fails_its_task_with_the_binlake_error(pipeline: RecordingPipeline) -> None:
+    """A notebook has no exit code: the error itself, one line naming the fix, fails the task."""
+    dbutils = StandInDbUtils()
+    dbutils.widgets.values = {**notebook_widgets(PARAMS), "password_secret_key": ""}
+    with pytest.raises(ConfigError, match="databricks.secret-key is not set.*--password-secret-key"):
+        plan_in_notebook(dbutils)  # type: ignore[arg-type]
+    assert pipeline.calls == [] and dbutils.task_values == []

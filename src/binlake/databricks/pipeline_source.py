@@ -166,11 +166,11 @@ def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int) -> 
 def _runtime_globals() -> tuple[Any, Callable[[], Any] | None]:
     """`spark` and `dbutils` as the pipeline runtime defines them for this file, if it does."""
     try:
-        session = spark  # type: ignore[name-defined]  # noqa: F821 - defined by the pipeline runtime
+        session = spark  # type: ignore[name-defined]  # defined by the pipeline runtime
     except NameError:
         return None, None
     try:
-        utils = dbutils  # type: ignore[name-defined]  # noqa: F821 - defined on Databricks
+        utils = dbutils  # type: ignore[name-defined]  # defined on Databricks
     except NameError:
         return session, None
     return session, lambda: utils

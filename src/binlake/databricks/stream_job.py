@@ -85,7 +85,7 @@ def build(ctx: Context) -> StreamJob:
             f"snapshot chunks not read yet: {listed}; the pipeline streams the binlog after the snapshot: "
             "run the binlake job's snapshot task (or binlake snapshot) first"
         )
-    start = min(s.hw for ss in splits.values() for s in ss if s.hw is not None)  # type: ignore[type-var]
+    start = min(s.hw for ss in splits.values() for s in ss if s.hw is not None)
     job = {
         "connection": ctx.public_params(),
         "schemas": {n: s.to_dict() for n, s in schemas.items()},

@@ -1,0 +1,317 @@
+"""The Databricks side against a real MariaDB: the snapshot task's entry point reads its group into
+bronze, and the Lakeflow pipeline source passes `spark-pipelines dry-run` on open-source Spark 4.2.
+
+The dry run starts its own Spark Connect server (a second JVM next to the tests' session), imports
+src/binlake/databricks/pipeline_source.py as Databricks would, and analyses every dataset and flow:
+the binlog source, the per-table views and the AUTO CDC flows (their keys must exist in the view's
+schema, their sequence must resolve). A recorder loaded before the source writes down what the
+pipeline registered, which the test compares with the captured tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from binlake import config as config_mod
+from binlake import pipeline
+from binlake.config import Config
+from binlake.databricks import pipeline_source, stream_job
+from binlake.databricks.entrypoints import snapshot_main
+from binlake.errors import ConfigError, RuntimeFailure
+from binlake.spark.session import delta_jars
+from binlake.target import Target
+
+from .conftest import ROOT
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SOURCE = ROOT / "src" / "binlake" / "databricks" / "pipeline_source.py"
+SERVER_IDS = "6410-6414"  # replica ids of their own, apart from the other tests' readers
+
+
+@dataclass
+class Shop:
+    database: str
+    port: int
+    cfg: Config
+
+    @property
+    def tables(self) -> list[str]:
+        return [f"{self.database}.orders", f"{self.database}.order_lines"]
+
+
+def shop_config(port: int, database: str, lake: Path, *extra: str) -> Config:
+    return config_mod.load(None, [
+        f"source.port={port}", "source.username=root", "source.password=",
+        f"source.tables={database}\\..*", f"target.path={lake}", f"source.server-id={SERVER_IDS}",
+        "snapshot.chunk-size=10", *extra,
+    ])
+
+
+@pytest.fixture(scope="module")
+def shop(dev_db: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shop]:
+    """Two tables, one with a composite key, planned and read into bronze by the local engine."""
+    database = f"t_{uuid.uuid4().hex[:10]}"
+    with dev_db.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{database}`")
+        cur.execute(f"CREATE TABLE `{database}`.orders (id INT PRIMARY KEY, note VARCHAR(20), "
+                    "amount DECIMAL(10,2), placed DATETIME(6))")
+        cur.execute(f"CREATE TABLE `{database}`.order_lines (order_id INT, line INT, sku VARCHAR(12), "
+                    "PRIMARY KEY (order_id, line))")
+        cur.executemany(f"INSERT INTO `{database}`.orders VALUES (%s, %s, %s, NOW(6))",
+                        [(i, f"order {i}", i * 1.25) for i in range(1, 26)])
+        cur.executemany(f"INSERT INTO `{database}`.order_lines VALUES (%s, %s, %s)",
+                        [(o, n, f"sku-{o}-{n}") for o in range(1, 6) for n in range(1, 4)])
+        conn.commit()
+    cfg = shop_config(dev_db.running_port(), database, tmp_path_factory.mktemp("lake"))
+    pipeline.plan(cfg)
+    pipeline.snapshot(cfg)
+    yield Shop(database, dev_db.running_port(), cfg)
+    with dev_db.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+# -- the snapshot task's entry point ---------------------------------------------------------------
+
+class _NoSecrets:
+    """dbutils of a job run without a secret scope configured: nothing may be read from it."""
+
+    class secrets:
+        @staticmethod
+        def get(scope: str, key: str) -> str:
+            raise AssertionError("no secret scope is configured, so no secret may be read")
+
+
+def test_snapshot_main_reads_one_group_into_bronze(dev_db: Any, spark: Any, database: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import functions as F
+
+    monkeypatch.delenv("BINLAKE_SOURCE_PASSWORD", raising=False)
+    with dev_db.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.executemany(f"INSERT INTO `{database}`.t VALUES (%s, %s)", [(i, f"v{i}") for i in range(1, 51)])
+        conn.commit()
+    lake = tmp_path / "lake"
+    cfg = shop_config(dev_db.running_port(), database, lake, "snapshot.group-size=2")
+    pipeline.plan(cfg)
+    groups = pipeline.group_ids(cfg)
+    assert len(groups) == 3, groups  # 5 chunks of 10 rows, 2 chunks a group
+
+    group = groups[1]
+    snapshot_main([
+        "--source-host", "127.0.0.1", "--source-port", str(dev_db.running_port()), "--source-user", "root",
+        "--tables", f"{database}\\.t", "--target-path", str(lake), "--chunk-size", "10",
+        "--set", "snapshot.group-size=2", "--set", f"source.server-id={SERVER_IDS}",
+        "--group", str(group),
+    ], dbutils=_NoSecrets())  # type: ignore[arg-type]
+
+    from binlake.spark import state
+
+    splits = state.load(spark, Target.of(cfg).split_state, 2)[f"{database}.t"]
+    mine = [s for s in splits if s.group == group]
+    assert len(mine) == 2
+    assert all(s.status == "done" for s in mine)
+    assert all(s.status == "planned" for s in splits if s.group != group)
+
+    expected = {i for s in mine for i in range(1, 51)
+                if (s.start is None or i >= int(s.start[0])) and (s.end is None or i < int(s.end[0]))}
+    bronze = spark.read.format("delta").load(Target.of(cfg).bronze(f"{database}.t").location)
+    rows = bronze.where(F.col("_op") == "r").select("id", "v", "_chunk").collect()
+    assert sorted(r["id"] for r in rows) == sorted(expected)
+    assert {r["v"] for r in rows} == {f"v{i}" for i in expected}
+    assert {r["_chunk"] for r in rows} == {s.index for s in mine}
+    marks = bronze.where(F.col("_op") == "w").select("_chunk").collect()
+    assert sorted(r["_chunk"] for r in marks) == sorted(s.index for s in mine)
+
+
+# -- the pipeline's stream job ---------------------------------------------------------------------
+
+def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: Any) -> None:
+    ctx = pipeline.Context(shop.cfg)
+    job = stream_job.build(ctx)
+    assert set(job.schemas) == set(shop.tables)
+    body = job.job
+    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb"}
+    assert "password" not in body["connection"]
+    assert body["server_id"] == 6410
+    assert body["is_mariadb"] is True
+    hws = [(s["hw_file"], s["hw_pos"]) for ss in body["splits"].values() for s in ss]
+    assert all(f and p for f, p in hws)
+    first = min(hws, key=lambda fp: (int(fp[0].rsplit(".", 1)[1]), fp[1]))
+    assert (body["start"]["file"], body["start"]["pos"]) == first
+    assert json.loads(job.options()["job"]) == body
+    assert job.options()["password"] == ""
+
+
+def test_the_stream_job_waits_for_the_snapshot(dev_db: Any, spark: Any, database: str, tmp_path: Path) -> None:
+    with dev_db.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
+        cur.executemany(f"INSERT INTO `{database}`.t VALUES (%s)", [(i,) for i in range(1, 31)])
+        conn.commit()
+    cfg = shop_config(dev_db.running_port(), database, tmp_path / "lake")
+    with pytest.raises(RuntimeFailure, match=r"has no planned chunks in the split state .*run the binlake job"):
+        stream_job.build(pipeline.Context(cfg))
+    pipeline.plan(cfg)
+    with pytest.raises(RuntimeFailure, match=rf"snapshot chunks not read yet: {database}\.t \(3\)"):
+        stream_job.build(pipeline.Context(cfg))
+
+
+# -- the pipeline configuration --------------------------------------------------------------------
+
+def test_configuration_keys_become_config_values_verbatim() -> None:
+    conf = {
+        "binlake.source.hostname": "null", "binlake.source.port": "3307",
+        "binlake.source.tables": r"shop\.orders,shop\.customer.*", "binlake.target.schema": "007",
+        "binlake.source.chunk-key": '{"shop.log": ["ts", "seq"]}', "binlake.silver.scd-type": "2",
+        "spark.sql.shuffle.partitions": "8",
+    }
+    cfg = config_mod.load(None, pipeline_source.conf_overrides(conf.get), env={})
+    assert cfg.get("source.hostname") == "null"
+    assert cfg.get("source.port") == 3307
+    assert cfg.tables == [r"shop\.orders", r"shop\.customer.*"]
+    assert cfg.get("target.schema") == "007"
+    assert cfg.get("source.chunk-key") == {"shop.log": ["ts", "seq"]}
+    assert pipeline_source.scd_type(conf.get) == 2
+    assert pipeline_source.scd_type({}.get) == 1
+
+
+def test_a_password_in_the_configuration_is_refused() -> None:
+    conf = {"binlake.source.password": "hunter2"}
+    with pytest.raises(ConfigError, match="secret scope") as err:
+        pipeline_source.conf_overrides(conf.get)
+    assert "hunter2" not in err.value.message
+
+
+@pytest.mark.parametrize("value", ["3", "scd2", ""])
+def test_an_unknown_scd_type_is_refused(value: str) -> None:
+    if value == "":
+        assert pipeline_source.scd_type({"binlake.silver.scd-type": value}.get) == 1
+        return
+    with pytest.raises(ConfigError, match="binlake.silver.scd-type"):
+        pipeline_source.scd_type({"binlake.silver.scd-type": value}.get)
+
+
+def test_the_password_comes_from_the_secret_scope_named_in_the_configuration() -> None:
+    class Conf:
+        def __init__(self, values: dict[str, str]) -> None:
+            self.values = values
+
+        def get(self, key: str, default: str | None = None) -> str | None:
+            return self.values.get(key, default)
+
+    class Session:
+        conf = Conf({"binlake.databricks.secret-scope": "binlake", "binlake.databricks.secret-key": "pw"})
+
+    reads: list[tuple[str, str]] = []
+
+    class Secrets:
+        def get(self, scope: str, key: str) -> str:
+            reads.append((scope, key))
+            return "s3cr3t"
+
+    class DbUtils:
+        secrets = Secrets()
+
+    cfg = pipeline_source.pipeline_config(Session(), lambda: DbUtils())
+    assert cfg.get("source.password") == "s3cr3t"
+    assert reads == [("binlake", "pw")]
+    assert "s3cr3t" not in cfg.dump()
+
+
+def test_scd_type_2_needs_databricks() -> None:
+    """Open-source Spark refuses the argument before the flow reaches any pipeline graph."""
+    from pyspark import pipelines as dp
+
+    with pytest.raises(ConfigError, match="scd-type is 2.*Databricks"):
+        pipeline_source.auto_cdc_flow(dp, "shop__orders_silver", "shop__orders_changes", ["id"], 2)
+
+
+def test_dataset_names_follow_the_target_naming() -> None:
+    local = Target(Path("/lake"))
+    uc = Target(Path("/Volumes/main/cdc/binlake"), "main", "cdc")
+    for target in (local, uc):
+        assert pipeline_source.dataset_name(target, "silver", "shop.orders") == "shop__orders_silver"
+        assert pipeline_source.dataset_name(target, "changes", "shop.order-lines") == "shop__order_lines_changes"
+    assert uc.silver("shop.orders").name == "main.cdc.shop__orders_silver"
+
+
+# -- spark-pipelines dry-run -----------------------------------------------------------------------
+
+def dry_run(shop: Shop, workdir: Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """`spark-pipelines dry-run` of tests/bundle/fixtures/spark-pipeline.yml, with the graph recorder
+    loaded first; returns the finished process and the recorded graph elements."""
+    spec = yaml.safe_load((FIXTURES / "spark-pipeline.yml").read_text())
+    (source,) = [lib["glob"]["include"] for lib in spec["libraries"]]
+    assert (FIXTURES / source).resolve() == SOURCE
+    spec["storage"] = (workdir / "storage").as_uri()
+    spec["libraries"] = [{"glob": {"include": os.path.relpath(p, workdir)}}
+                         for p in (FIXTURES / "record_graph.py", SOURCE)]
+    spec_path = workdir / "spark-pipeline.yml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    record = workdir / "graph.jsonl"
+
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BINLAKE_")}
+    env.update({
+        "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "BINLAKE_SOURCE_PORT": str(shop.port),
+        "BINLAKE_SOURCE_TABLES": f"{shop.database}\\..*",
+        "BINLAKE_TARGET_PATH": str(shop.cfg.target_path),
+        "BINLAKE_GRAPH_RECORD": str(record),
+    })
+    # Exactly these options: with one more spark-submit option (--driver-memory, or a third --conf)
+    # the Connect server that spark-pipelines starts came up without the Delta jars here
+    # (DATA_SOURCE_NOT_FOUND: delta).
+    cmd = [
+        str(bin_dir / "spark-pipelines"), "dry-run", "--spec", str(spec_path),
+        "--jars", ",".join(delta_jars()),
+        "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
+        "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    ]
+    done = subprocess.run(cmd, check=False, cwd=workdir, env=env, capture_output=True, text=True, timeout=600)
+    recorded = [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    return done, recorded
+
+
+def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Path) -> None:
+    done, graph = dry_run(shop, tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "Run is COMPLETED" in output, output[-4000:]
+
+    outputs = {e["name"]: e["type"] for e in graph if e["kind"] == "output"}
+    flows = {e["name"]: e["target"] for e in graph if e["kind"] == "flow"}
+    cdc = {e["target"]: e for e in graph if e["kind"] == "auto_cdc_flow"}
+
+    # the binlog: one table fed by the binlake_binlog source
+    assert pipeline_source.BINLOG_TABLE in outputs
+    assert flows[pipeline_source.BINLOG_TABLE] == pipeline_source.BINLOG_TABLE
+
+    # per captured table: a view of its changes and a silver table kept by one AUTO CDC flow
+    keys = {f"{shop.database}.orders": ["id"], f"{shop.database}.order_lines": ["order_id", "line"]}
+    assert len(cdc) == len(keys)
+    for table, key in keys.items():
+        leaf = table.replace(".", "__")
+        view, silver = f"{leaf}_changes", f"{leaf}_silver"
+        assert outputs[view] == "TemporaryView"
+        assert flows[view] == view
+        assert outputs[silver] == "StreamingTable"
+        flow = cdc[silver]
+        assert flow["source"] == view
+        assert flow["keys"] == [f"Column<'{k}'>" for k in key]
+        assert flow["sequence_by"] == "Column<'_seq'>"
+        assert "_op = 'd'" in flow["apply_as_deletes"]
+        assert flow["except_column_list"] == [f"Column<'{c}'>" for c in ["_op", "_file", "_pos", "_gtid", "_chunk"]]
+        assert str(flow["stored_as_scd_type"]) == "1"
