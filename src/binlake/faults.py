@@ -28,4 +28,8 @@ def point(name: str, detail: str = "") -> None:
         f.write(f"{name} {detail}\n")
         f.flush()
     if seen == int(nth or 1):
+        # Spark's Python workers live in a process group of their own; the run's group (recorded by
+        # the CLI before Spark starts) holds the driver and the JVM.
+        run_group = int(os.environ.get("BINLAKE_RUN_PGID", os.getpgid(0)))
+        os.killpg(run_group, signal.SIGKILL)
         os.killpg(os.getpgid(0), signal.SIGKILL)

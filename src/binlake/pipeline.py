@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from binlake.target import Target
 
 log = logging.getLogger(__name__)
 
-PLAN_BATCH = 500  # splits written to the split state per commit while planning
+# splits written to the split state per commit while planning (the resume grain of planning)
+PLAN_BATCH = int(os.environ.get("BINLAKE_PLAN_BATCH", "500"))
 
 
 @dataclass

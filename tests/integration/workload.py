@@ -1,0 +1,121 @@
+"""A live source for the end-to-end tests: a table, writer threads, and runs of the real CLI."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+ROOT = Path(__file__).resolve().parents[2]
+BINLAKE = [sys.executable, "-m", "binlake"]
+
+TABLE_DDL = (
+    "CREATE TABLE t (id INT PRIMARY KEY, k INT NOT NULL, v VARCHAR(64), amount DECIMAL(12,2), "
+    "updated DATETIME(6), note TEXT)"
+)
+
+
+def create_table(port: int, database: str, rows: int) -> None:
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                         autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(TABLE_DDL)
+        cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('row-', seq), seq / 7, "
+                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND, IF(seq % 5 = 0, NULL, 'n') FROM seq_1_to_{rows}")
+
+
+def write_config(path: Path, port: int, database: str, lake: Path, chunk_size: int, group_size: int,
+                 parallelism: int = 2) -> Path:
+    path.write_text(
+        f"source:\n  hostname: 127.0.0.1\n  port: {port}\n  username: root\n  password: ''\n"
+        f"  tables: ['{database}\\.t']\n  server-id: 5600-5604\n"
+        f"target:\n  path: {lake}\n"
+        f"snapshot:\n  chunk-size: {chunk_size}\n  group-size: {group_size}\n  parallelism: {parallelism}\n"
+    )
+    return path
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("BINLAKE_RUN_PGID", None)
+    return subprocess.run([*BINLAKE, *args], cwd=ROOT, env=full_env, capture_output=True, text=True,
+                          timeout=timeout, start_new_session=True)
+
+
+class Writers:
+    """Threads doing inserts, updates, multi-row updates, deletes and primary-key changes."""
+
+    def __init__(self, port: int, database: str, rows: int, threads: int = 2, pause: float = 0.0) -> None:
+        self.port, self.database, self.rows, self.pause = port, database, rows, pause
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(threads)]
+        self.ops = 0
+        self.errors: list[str] = []
+
+    def __enter__(self) -> Writers:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(timeout=30)
+
+    def _work(self, n: int) -> None:
+        rnd = random.Random(n)
+        fresh = (n + 1) * 10_000_000
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
+                               autocommit=True)
+        cur = conn.cursor()
+        while not self.stop_flag.is_set():
+            op = rnd.random()
+            target = rnd.randint(1, self.rows)
+            try:
+                if op < 0.25:
+                    fresh += 1
+                    cur.execute("INSERT INTO t VALUES (%s, %s, %s, %s, NOW(6), 'ins')",
+                                (fresh, fresh % 97, f"new-{fresh}", rnd.randint(0, 10**6) / 100))
+                elif op < 0.55:
+                    cur.execute("UPDATE t SET v = %s, amount = amount + 1, updated = NOW(6) WHERE id = %s",
+                                (f"upd-{rnd.random():.6f}", target))
+                elif op < 0.65:
+                    cur.execute("UPDATE t SET k = k + 1, note = 'multi' WHERE id BETWEEN %s AND %s",
+                                (target, target + rnd.randint(50, 400)))
+                elif op < 0.85:
+                    cur.execute("DELETE FROM t WHERE id = %s", (target,))
+                else:
+                    fresh += 1
+                    cur.execute("UPDATE t SET id = %s WHERE id = %s", (fresh, target))
+                self.ops += 1
+            except pymysql.err.MySQLError as exc:
+                self.errors.append(str(exc))
+            if self.pause:
+                time.sleep(self.pause)
+        conn.close()
+
+
+def source_rows(port: int, database: str) -> list[tuple[Any, ...]]:
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database) as conn, \
+            conn.cursor() as cur:
+        cur.execute("SELECT id, k, v, amount, updated, note FROM t ORDER BY id")
+        return [tuple(r) for r in cur.fetchall()]
+
+
+def silver_rows(spark: Any, location: str) -> list[tuple[Any, ...]]:
+    df = spark.read.format("delta").load(location).select("id", "k", "v", "amount", "updated", "note")
+    return sorted(tuple(r) for r in df.collect())
+
+
+def bronze_duplicates(spark: Any, location: str) -> int:
+    df = spark.read.format("delta").load(location).where("_op IN ('r','c','u','d')")
+    return df.groupBy("id", "_seq", "_op").count().where("count > 1").count()
