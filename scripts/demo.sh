@@ -23,4 +23,38 @@ export BINLAKE_SOURCE_PORT=$port
 "$BINLAKE" check -c binlake.example.yml
 
 # ---- pipeline run -------------------------------------------------------------------------------
-# The capture itself (binlake run, then showing the silver tables) goes here.
+# The shop was just reloaded, so the lake starts over too.
+rm -rf lake
+cfg=binlake.example.yml
+log=.binlake/demo-run.log
+echo "demo: binlake run (snapshot, then streaming) -- log in $log"
+setsid "$BINLAKE" -v run -c "$cfg" > "$log" 2>&1 &
+run_pid=$!
+trap 'kill -TERM -- -$run_pid 2>/dev/null || true' EXIT
+
+wait_for() {  # wait_for <seconds> <test command...>
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    if ! kill -0 "$run_pid" 2>/dev/null; then echo "demo: binlake run stopped; see $log" >&2; tail -20 "$log" >&2; exit 1; fi
+    [ $SECONDS -lt $deadline ] || { echo "demo: timed out; see $log" >&2; exit 1; }
+    sleep 1
+  done
+}
+wait_for 600 test -e lake/_binlake/checkpoint/commits/0
+echo "demo: snapshot done, streaming; making live changes in the source"
+mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$port" -u root shop -e "
+  UPDATE customers SET email = CONCAT('vip+', email) WHERE id <= 3;
+  INSERT INTO orders (customer_id, status, total, ordered_at) VALUES (1, 'new', 42.00, NOW(6));
+  DELETE FROM order_lines WHERE order_id = 2;"
+batches() { python3 -c "import json;print(json.load(open('lake/_binlake/stream.json'))['batch'])" 2>/dev/null || echo -1; }
+seen=$(batches)
+advanced() { [ "$(batches)" -gt "$seen" ]; }
+wait_for 120 advanced
+sleep 3
+kill -TERM -- -"$run_pid" 2>/dev/null || true
+wait "$run_pid" 2>/dev/null || true
+trap - EXIT
+
+.venv/bin/python scripts/show_silver.py -c "$cfg"
+"$BINLAKE" status -c "$cfg"
+"$BINLAKE" verify -c "$cfg"

@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from binlake import faults
 from binlake.bronze import DATA_OPS, column_types, sql_name
 from binlake.schema import TableSchema
 
@@ -41,9 +42,13 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     key = list(schema.key)
     data = changes.where(F.col("_op").isin(*DATA_OPS))
     latest = latest_per_key(data, key)
+    oldest = data.agg(F.min("_seq")).first()[0]
+    if oldest is None:
+        return  # nothing to apply
     newer = (
         spark.read.format("delta").load(bronze)
-        .where(F.col("_op").isin(*DATA_OPS))
+        # bronze grows in _seq order, so file statistics skip everything older than this batch
+        .where((F.col("_seq") > F.lit(oldest)) & F.col("_op").isin(*DATA_OPS))
         .select(*[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
     )
     cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]
@@ -52,6 +57,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     cols = {c.name: f"s.{sql_name(c.name)}" for c in schema.columns}
     cols.update({"_seq": "s._seq", "_ts": "s._ts"})
     on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in key)
+    faults.point("mid_merge", schema.name)
     (
         DeltaTable.forPath(spark, silver).alias("t")
         .merge(source.alias("s"), on)

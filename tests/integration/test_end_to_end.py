@@ -25,7 +25,7 @@ def test_concurrent_writers_handover_and_verify(dev_db, database, spark, tmp_pat
     rows = 200_000
     create_table(port, database, rows)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=8096, group_size=16)
-    with Writers(port, database, rows, threads=2) as writers:
+    with Writers(port, database, rows, threads=2, pause=0.01) as writers:
         first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
         assert first.returncode == 0, first.stderr[-3000:]
     assert writers.ops > 100, "the writers must have raced the snapshot"

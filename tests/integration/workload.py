@@ -90,7 +90,7 @@ class Writers:
                                 (f"upd-{rnd.random():.6f}", target))
                 elif op < 0.65:
                     cur.execute("UPDATE t SET k = k + 1, note = 'multi' WHERE id BETWEEN %s AND %s",
-                                (target, target + rnd.randint(50, 400)))
+                                (target, target + rnd.randint(20, 200)))
                 elif op < 0.85:
                     cur.execute("DELETE FROM t WHERE id = %s", (target,))
                 else:
