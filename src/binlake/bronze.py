@@ -39,10 +39,24 @@ def sql_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def column_types(schema: TableSchema) -> list[T.StructField]:
-    from pyspark.sql.types import _parse_datatype_string
+_SIMPLE: dict[str, T.DataType] = {
+    "tinyint": T.ByteType(), "smallint": T.ShortType(), "int": T.IntegerType(), "bigint": T.LongType(),
+    "float": T.FloatType(), "double": T.DoubleType(), "boolean": T.BooleanType(), "date": T.DateType(),
+    "timestamp": T.TimestampType(), "timestamp_ntz": T.TimestampNTZType(), "string": T.StringType(),
+    "binary": T.BinaryType(),
+}
 
-    return [T.StructField(c.name, _parse_datatype_string(c.spark_type()), True) for c in schema.columns]
+
+def spark_type(ddl: str) -> T.DataType:
+    """The Spark type of `Column.spark_type()`, built without asking a session (pipelines forbid it)."""
+    if ddl.startswith("decimal("):
+        p, s = ddl[len("decimal("):-1].split(",")
+        return T.DecimalType(int(p), int(s))
+    return _SIMPLE[ddl]
+
+
+def column_types(schema: TableSchema) -> list[T.StructField]:
+    return [T.StructField(c.name, spark_type(c.spark_type()), True) for c in schema.columns]
 
 
 def struct(schema: TableSchema) -> T.StructType:
