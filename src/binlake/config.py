@@ -74,7 +74,6 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     },
     "stream": {
         "trigger-seconds": (_int, 1, "micro-batch interval"),
-        "max-batch-events": (_int, 200000, "row events per micro-batch at most"),
     },
     "databricks": {
         "secret-scope": (_opt_str, None, "secret scope holding the source password"),
