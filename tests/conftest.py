@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_DATADIR = ROOT / ".binlake" / "test-mariadb"
+# BINLAKE_TEST_DATADIR gives one test session its own server (sessions sharing one stop it under each other)
+TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake" / "test-mariadb")
 
 
 @pytest.fixture(scope="session")

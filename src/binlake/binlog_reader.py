@@ -8,12 +8,14 @@ with the schema that was current when it was written. This module turns its even
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -145,10 +147,33 @@ def read_changes(
 def _rows(event: Any, file: str, begin: int, gtid: str | None) -> Iterator[RowChange]:
     table = f"{event.schema}.{event.table}"
     ts = int(event.timestamp)
+    times = [c.name for c in getattr(event, "columns", []) if c.type == FIELD_TYPE.TIME2]
     for i, row in enumerate(event.rows):
         if isinstance(event, WriteRowsEvent):
-            yield RowChange(table, "c", None, row["values"], file, begin, i, ts, gtid)
+            yield RowChange(table, "c", None, _image(row, "", times), file, begin, i, ts, gtid)
         elif isinstance(event, UpdateRowsEvent):
-            yield RowChange(table, "u", row["before_values"], row["after_values"], file, begin, i, ts, gtid)
+            yield RowChange(table, "u", _image(row, "before_", times), _image(row, "after_", times), file, begin, i,
+                            ts, gtid)
         else:
-            yield RowChange(table, "d", row["values"], None, file, begin, i, ts, gtid)
+            yield RowChange(table, "d", _image(row, "", times), None, file, begin, i, ts, gtid)
+
+
+def _image(row: dict[str, Any], prefix: str, times: list[str]) -> dict[str, Any]:
+    """One row image, with two of the library's decodings corrected.
+
+    An empty SET comes back as None, like NULL; its none-source tells them apart. A negative TIME
+    with a fraction is stored as one two's-complement number, but the library negates the whole
+    seconds and the fraction separately: -00:00:00.25 decodes as -00:00:00.75 (-(S + 1 - f) for
+    the true -(S + f)).
+    """
+    values: dict[str, Any] = dict(row[f"{prefix}values"])
+    for k, why in row.get(f"{prefix}none_sources", {}).items():
+        if why == NONE_SOURCE.EMPTY_SET:
+            values[k] = set()
+    for k in times:
+        v = values.get(k)
+        if isinstance(v, dt.timedelta) and v < dt.timedelta(0):
+            whole, micros = divmod(-v // dt.timedelta(microseconds=1), 1_000_000)
+            if micros:
+                values[k] = -dt.timedelta(seconds=whole, microseconds=1_000_000 - micros)
+    return values

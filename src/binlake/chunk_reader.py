@@ -24,7 +24,7 @@ from binlake import faults
 from binlake.binlog_reader import read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
-from binlake.schema import TableSchema, qualified, quote
+from binlake.schema import TableSchema, qualified
 from binlake.source import connect, master_position
 from binlake.splits import Split
 
@@ -75,7 +75,7 @@ def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> l
     conn = connect(params)
     try:
         where, args = range_predicate(schema, split.start, split.end)
-        cols = ", ".join(quote(c) for c in schema.names)
+        cols = schema.select_list()
         with conn.cursor() as cur:
             cur.execute(f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}", args)
             return [schema.encode_row(dict(zip(schema.names, values))) for values in cur.fetchall()]
@@ -101,7 +101,7 @@ def read_chunk(
         if hooks.after_low_watermark:
             hooks.after_low_watermark()
         where, args = range_predicate(schema, split.start, split.end)
-        cols = ", ".join(quote(c) for c in schema.names)
+        cols = schema.select_list()
         buffer: dict[tuple[Any, ...], dict[str, Any]] = {}
         with conn.cursor() as cur:
             cur.execute(f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}", args)

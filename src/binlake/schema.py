@@ -11,14 +11,15 @@ Type mapping (MySQL -> Spark):
     ... unsigned                              -> smallint/int/int/bigint
     BIGINT / BIGINT UNSIGNED                  -> bigint / decimal(20,0)
     DECIMAL(p,s), p <= 38 / p > 38            -> decimal(p,s) / string (every digit kept)
-    FLOAT / DOUBLE                            -> float / double
+    FLOAT / DOUBLE                            -> float / double (FLOAT: the stored single-precision
+                                                 value; the snapshot reads CAST(col AS DOUBLE))
     BIT(1) / BIT(n)                           -> boolean / bigint (BIT(64): decimal(20,0))
-    YEAR                                      -> int
+    YEAR                                      -> int (YEAR 0000 -> 0)
     DATE / DATETIME(n) / TIMESTAMP(n)         -> date / timestamp_ntz / timestamp (UTC instant)
     TIME(n)                                   -> string '[-]HH:MM:SS[.ffffff]' (may be negative or > 24h)
     CHAR/VARCHAR/TEXT/ENUM/SET/JSON           -> string
     BINARY/VARBINARY/BLOB                     -> binary
-Zero dates ('0000-00-00') become NULL on both paths.
+Zero dates ('0000-00-00', '2024-00-00', the zero DATETIME and TIMESTAMP) become NULL on both paths.
 """
 
 from __future__ import annotations
@@ -28,12 +29,28 @@ import datetime as dt
 import decimal
 import json
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 INT_TYPES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+# TIMESTAMP's range starts one second after the epoch; anything earlier is the zero TIMESTAMP
+TIMESTAMP_MIN = dt.datetime(1970, 1, 1, 0, 0, 1)
+
+
+def _float32_text(v: float) -> str:
+    """The shortest decimal text that reads back as the same single-precision value."""
+    packed = struct.pack("<f", v)
+    exact = struct.unpack("<f", packed)[0]
+    for digits in range(6, 10):
+        text = f"{exact:.{digits}g}"
+        if struct.pack("<f", float(text)) == packed:
+            return repr(float(text))
+    return repr(exact)
 
 
 @dataclass(frozen=True)
@@ -111,11 +128,16 @@ class Column:
         if v is None:
             return None
         t = self.data_type
-        if t in INT_TYPES or t == "year":
+        if t in INT_TYPES:
             return str(int(v))
+        if t == "year":
+            # the binlog carries YEAR as year - 1900, so YEAR 0000 decodes as 1900 (not a valid YEAR)
+            return "0" if int(v) in (0, 1900) else str(int(v))
         if t == "decimal":
             return format(decimal.Decimal(v), "f")
-        if t in ("float", "double", "real"):
+        if t == "float":
+            return _float32_text(float(v))
+        if t in ("double", "real"):
             return repr(float(v))
         if t == "bit":
             if isinstance(v, (bytes, bytearray)):
@@ -134,6 +156,8 @@ class Column:
                 return None
             if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
                 v = dt.datetime(v.year, v.month, v.day)
+            if t == "timestamp" and v < TIMESTAMP_MIN:
+                return None  # the zero TIMESTAMP is 0 seconds in the binlog, '0000-00-00 ...' in a SELECT
             text = f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
             return text + "+00:00" if t == "timestamp" else text
         if t == "time":
@@ -166,6 +190,13 @@ class Column:
         if isinstance(v, bytes):
             return v.decode("utf-8", errors="surrogateescape")
         return str(v)
+
+    def select_expr(self) -> str:
+        """The snapshot's SELECT expression: the server prints FLOAT with 6 significant digits only,
+        while the binlog carries the stored single-precision value, so FLOAT is read as a DOUBLE."""
+        if self.data_type == "float":
+            return f"CAST({quote(self.name)} AS DOUBLE)"
+        return quote(self.name)
 
     def decode(self, text: str | None) -> Any:
         """The DB-API value for a query parameter (chunk bounds) from its encoded text."""
@@ -222,6 +253,10 @@ class TableSchema:
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.columns]
+
+    def select_list(self) -> str:
+        """The snapshot's SELECT list, one expression per column in `names` order."""
+        return ", ".join(c.select_expr() for c in self.columns)
 
     def encode_row(self, row: dict[str, Any]) -> dict[str, str | None]:
         return {c.name: c.encode(row.get(c.name)) for c in self.columns}

@@ -1,0 +1,46 @@
+"""Small helpers for tests that capture arbitrary tables in-process and read silver back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from binlake.config import Config, load
+from binlake.pipeline import run
+from binlake.target import Target
+
+
+def write_config(path: Path, port: int, tables: list[str], lake: Path, server_ids: str, chunk_size: int = 4,
+                 group_size: int = 4, chunk_keys: dict[str, list[str]] | None = None) -> Path:
+    """A binlake.yml; `server_ids` must not overlap another test's (replicas with one id evict each other)."""
+    doc = {
+        "source": {"hostname": "127.0.0.1", "port": port, "username": "root", "password": "",
+                   "tables": tables, "server-id": server_ids, **({"chunk-key": chunk_keys} if chunk_keys else {})},
+        "target": {"path": str(lake)},
+        "snapshot": {"chunk-size": chunk_size, "group-size": group_size, "parallelism": 2},
+    }
+    path.write_text(json.dumps(doc, ensure_ascii=False))  # JSON is YAML
+    return path
+
+
+def run_once(cfg_path: Path) -> Config:
+    cfg = load(cfg_path)
+    run(cfg, until_caught_up=True)
+    return cfg
+
+
+def silver(spark: Any, cfg: Config, name: str) -> Any:
+    return spark.read.format("delta").load(Target.of(cfg).silver(name).location)
+
+
+def connect(port: int, database: str | None = None, **session: str) -> pymysql.connections.Connection:
+    """A plain PyMySQL connection; `session` sets session variables (time_zone, sql_mode)."""
+    conn = pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                           autocommit=True, charset="utf8mb4")
+    with conn.cursor() as cur:
+        for k, v in session.items():
+            cur.execute(f"SET SESSION {k} = %s", (v,))
+    return conn
