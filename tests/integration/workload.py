@@ -88,7 +88,7 @@ class Writers:
                 elif op < 0.55:
                     cur.execute("UPDATE t SET v = %s, amount = amount + 1, updated = NOW(6) WHERE id = %s",
                                 (f"upd-{rnd.random():.6f}", target))
-                elif op < 0.65:
+                elif op < 0.58:
                     cur.execute("UPDATE t SET k = k + 1, note = 'multi' WHERE id BETWEEN %s AND %s",
                                 (target, target + rnd.randint(20, 200)))
                 elif op < 0.85:

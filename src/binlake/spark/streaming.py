@@ -103,8 +103,22 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
               .option("password", ctx.params["password"]).load())
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     if until_caught_up:
-        query = writer.trigger(availableNow=True).start()
-        _await(query)
+        # Not Trigger.AvailableNow: after a crash it replays the pending batch and stops there.
+        # Drain to the head as it is now, then stop between micro-batches.
+        target = current_position(ctx.cfg)
+        query = writer.trigger(processingTime="0 seconds").start()
+        idle_since = time.monotonic()
+        while query.isActive:
+            done = committed_offset(checkpoint)
+            if done is not None and done >= target:
+                break
+            busy = query.status.get("isTriggerActive") or query.status.get("isDataAvailable")
+            if busy:
+                idle_since = time.monotonic()
+            elif done is None and start >= target and time.monotonic() - idle_since > 3:
+                break  # nothing to read at all
+            query.awaitTermination(0.2)
+        _stop_between_batches(query)
         return
     query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
     stop = {"asked": False}
@@ -117,11 +131,17 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
         while query.isActive and not stop["asked"]:
             query.awaitTermination(1)
         if stop["asked"]:
-            while query.status.get("isTriggerActive"):
-                time.sleep(0.05)
-            query.stop()
+            _stop_between_batches(query)
     finally:
         signal.signal(signal.SIGTERM, old)
+    _await(query)
+
+
+def _stop_between_batches(query: Any) -> None:
+    if query.isActive:
+        while query.isActive and query.status.get("isTriggerActive"):
+            time.sleep(0.05)
+        query.stop()
     _await(query)
 
 
