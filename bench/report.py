@@ -1,0 +1,233 @@
+"""Targets, the one-page report (`report.md`) and its chart (`chart.png`) from `latest.json`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+# (section, figure, comparison, target, what it means)
+TARGETS = [
+    ("snapshot", "ratio", ">=", 0.50, "snapshot rows/s vs one raw SELECT * with a C client"),
+    ("stream", "ratio", ">=", 0.25, "stream rows/s vs mariadb-binlog -v decoding the same binlog"),
+    ("latency", "p99_s", "<=", 2.0, "commit to visible in silver, 99th percentile (seconds)"),
+    ("memory", "growth", "<=", 1.25, "peak memory at 5x rows / at 1x rows"),
+]
+
+
+def check_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for section, figure, op, target, meaning in TARGETS:
+        value = results.get(section, {}).get(figure)
+        if value is None:
+            verdict = None
+        else:
+            verdict = value >= target if op == ">=" else value <= target
+        out.append({"figure": f"{section}.{figure}", "target": f"{op} {target}", "value": value,
+                    "pass": verdict, "meaning": meaning})
+    return out
+
+
+def _n(v: Any, digits: int = 0) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float) and digits:
+        return f"{v:,.{digits}f}"
+    return f"{v:,.0f}" if isinstance(v, (int, float)) else str(v)
+
+
+def _verdict(p: bool | None) -> str:
+    return "not measured" if p is None else ("**PASS**" if p else "**FAIL**")
+
+
+def write_report(results: dict[str, Any], path: Path, chart: str | None) -> None:
+    meta = results.get("meta", {})
+    lines = [
+        "# binlake benchmark",
+        "",
+        f"Run {meta.get('finished', '?')} on {meta.get('cpus', '?')} cores / {meta.get('memory_gb', '?')} GB "
+        f"(load average at start {meta.get('load_at_start', '?')}), {meta.get('mariadb', '?')}, "
+        f"commit {meta.get('commit', '?')}. BENCH_ROWS = {_n(meta.get('rows'))}; the whole run took "
+        f"{_n(meta.get('duration_s'))} s. Every figure's baseline was measured in the same run.",
+        "",
+    ]
+    if chart:
+        lines += [f"![chart]({chart})", ""]
+    lines += ["## Targets", "", "| figure | value | target | verdict | meaning |", "|---|---|---|---|---|"]
+    for t in results.get("targets", []):
+        lines.append(f"| `{t['figure']}` | {_n(t['value'], 3)} | {t['target']} | {_verdict(t['pass'])} | {t['meaning']} |")
+    s = results.get("snapshot")
+    if s:
+        lines += [
+            "", f"## Snapshot ({_n(s['rows'])} rows, {s['table']})", "",
+            "| path | rows/s | seconds |", "|---|---|---|",
+            f"| `binlake snapshot` end to end (CLI wall time, default parallelism) | {_n(s['rows_per_s'])} | {_n(s['wall_s'], 1)} |",
+            f"| the same, in-process snapshot only (from its `-v` log) | {_n(s['in_process_rows_per_s'])} | {_n(s['in_process_s'], 1)} |",
+            f"| baseline: mysqlclient SSCursor `SELECT *` | {_n(s['mysqlclient_sscursor_rows_per_s'])} | |",
+            f"| baseline: `mariadb -B -e 'SELECT *'` | {_n(s['mariadb_cli_rows_per_s'])} | |",
+            "",
+            f"ratio {_n(s['ratio'], 4)} end to end, {_n(s['ratio_in_process'], 4)} in-process "
+            f"(baseline {s['baseline_client']}); {s['chunks']} chunks; {_n(s['outside_snapshot_s'], 1)} s outside "
+            f"the snapshot itself (JVM start, planning). Peak RSS of the process tree {_n(s['peak_rss_mb'])} MB "
+            f"({', '.join(f'{k} {v:,.0f}' for k, v in s['peak_rss_parts_mb'].items())}); summed PSS, which counts "
+            f"pages shared by forked Python workers once, {_n(s.get('peak_pss_mb'))} MB.",
+        ]
+    st = results.get("stream")
+    if st:
+        ms = st["multi_row_statements"]
+        lines += [
+            "", f"## Stream ({_n(st['changes'])} row changes on a {_n(st['table_rows'])}-row table)", "",
+            f"Burst written while binlake was stopped: UPDATE of {_n(ms['update'])} rows, DELETE of {_n(ms['delete'])}, "
+            f"INSERT ... SELECT of {_n(ms['insert'])}, plus {st['single_row_statements']} single-row statements; "
+            f"{_n(st['binlog_bytes'])} binlog bytes.", "",
+            "| path | rows/s | seconds |", "|---|---|---|",
+            f"| `binlake stream --until-caught-up` end to end | {_n(st['rows_per_s'])} | {_n(st['wall_s'], 1)} |",
+            f"| the same, from the streaming query's start to its last batch | {_n(st['in_process_rows_per_s'])} | {_n(st['in_process_s'], 1)} |",
+            f"| baseline: `mariadb-binlog -v` over the same bytes | {_n(st['baseline_decode_rows_per_s'])} | {_n(st['baseline_s'], 2)} |",
+            "",
+            f"ratio {_n(st['ratio'], 4)} end to end, {_n(st.get('ratio_in_process'), 4)} in-process; "
+            f"{st['batches']} micro-batch(es); binlake's progress counted {_n(st['binlake_rows_streamed'])} rows; "
+            f"peak RSS {_n(st['peak_rss_mb'])} MB (PSS {_n(st.get('peak_pss_mb'))} MB)." + (f" Note: {st['note']}" if st.get("note") else ""),
+        ]
+    la = results.get("latency")
+    if la:
+        lines += [
+            "", f"## Latency ({la['writer_rate_rows_per_s']} rows/s for {la['writer_seconds']} s, `binlake run` streaming)",
+            "",
+            "| measured as | p50 s | p90 s | p99 s | max s | never seen |", "|---|---|---|---|---|---|",
+            f"| first seen by a reader polling silver every {la['poll_interval_s']} s (each read took "
+            f"{_n(la['poll_read_mean_s'], 2)} s on average) | {_n(la['p50_s'], 2)} | {_n(la['p90_s'], 2)} | "
+            f"{_n(la['p99_s'], 2)} | {_n(la['max_s'], 2)} | {la['unseen_rows']} |",
+            f"| time of the silver Delta commit that first held the row | {_n(la['commit_p50_s'], 2)} | "
+            f"{_n(la['commit_p90_s'], 2)} | {_n(la['commit_p99_s'], 2)} | {_n(la['commit_max_s'], 2)} | "
+            f"{la['commit_unseen_rows']} |",
+            "",
+            f"{la['batches']} micro-batches, {_n(la['batch_rows_mean'], 1)} rows each on average, one every "
+            f"{_n(la['batch_interval_mean_s'], 2)} s (at most {_n(la['batch_interval_max_s'], 2)} s; the trigger "
+            f"asks for {la['stream_trigger_s']} s). `binlake run` needed {_n(la['run_ready_s'], 1)} s from start to "
+            f"streaming. Stopped by {la['stop']['stopped_by']} (exit {la['stop']['returncode']}, "
+            f"{la['stop']['stop_s']} s). Peak RSS {_n(la['peak_rss_mb'])} MB (PSS {_n(la.get('peak_pss_mb'))} MB). "
+            f"The polling reader ran at niceness {la.get('poll_reader_niceness')} so it yields the CPU to binlake.",
+        ]
+    me = results.get("memory")
+    if me:
+        lines += [
+            "", "## Memory (peak RSS of the `binlake snapshot` process tree)", "",
+            "| rows | peak RSS MB | RSS parts MB | peak PSS MB | rows/s end to end | rows/s in-process |",
+            "|---|---|---|---|---|---|",
+            f"| {_n(me['rows_small'])} | {_n(me['peak_rss_mb_small'])} | "
+            f"{', '.join(f'{k} {v:,.0f}' for k, v in me['parts_small_mb'].items())} | {_n(me.get('peak_pss_mb_small'))} | "
+            f"{_n(me['rows_per_s_small'])} | "
+            f"{_n(me['in_process_rows_per_s_small'])} |",
+            f"| {_n(me['rows_large'])} | {_n(me['peak_rss_mb_large'])} | "
+            f"{', '.join(f'{k} {v:,.0f}' for k, v in me['parts_large_mb'].items())} | {_n(me.get('peak_pss_mb_large'))} | "
+            f"{_n(me['rows_per_s_large'])} | "
+            f"{_n(me['in_process_rows_per_s_large'])} |",
+            "", f"growth {_n(me['growth'], 3)} by RSS, {_n(me.get('growth_pss'), 3)} by PSS.",
+        ]
+    pe = results.get("peer")
+    if pe:
+        lines += ["", "## Peer: Flink CDC", ""]
+        if pe.get("flink_cdc_rows_per_s") is None:
+            lines.append(f"{pe['engine']}: not measured. Reason: {pe.get('reason')}")
+        else:
+            lines.append(
+                f"{pe['engine']}, snapshot of the same {_n(pe['rows'])}-row table, parallelism 2, chunk size 8096: "
+                f"{_n(pe['flink_cdc_rows_per_s'])} rows/s for the job ({_n(pe['job_s'], 1)} s), "
+                f"{_n(pe['wall_rows_per_s'])} rows/s counting JVM start and a second counting job "
+                f"({_n(pe['wall_s'], 1)} s); peak RSS {_n(pe['peak_rss_mb'])} MB; Flink counted "
+                f"{_n(pe['rows_counted_by_flink'])} rows.")
+    sections = [k for k in ("snapshot", "stream", "latency", "memory", "peer") if k in results]
+    lines += ["", "## Sections", "", "| section | measured at | seconds |", "|---|---|---|"]
+    for k in sections:
+        lines.append(f"| {k} | {results[k].get('measured_at', '?')} | {_n(results[k].get('section_s'), 1)} |")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def draw_chart(results: dict[str, Any], path: Path) -> bool:
+    """Four panels: throughput against baselines, ratios against targets, latency, memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    verdicts = [t["pass"] for t in results.get("targets", []) if t["pass"] is not None]
+    fig.suptitle(f"binlake benchmark — BENCH_ROWS {results.get('meta', {}).get('rows', 0):,} — "
+                 f"{sum(verdicts)} of {len(verdicts)} targets met", fontsize=14)
+
+    ax = axes[0][0]
+    bars: list[tuple[str, float, str]] = []
+    s, st, pe = results.get("snapshot"), results.get("stream"), results.get("peer")
+    if s:
+        bars += [("snapshot\nbinlake", s["rows_per_s"], "tab:blue"),
+                 ("snapshot\nin-process", s["in_process_rows_per_s"] or 0, "tab:cyan"),
+                 ("SELECT *\nmysqlclient", s["mysqlclient_sscursor_rows_per_s"], "tab:gray"),
+                 ("SELECT *\nmariadb -B", s["mariadb_cli_rows_per_s"], "tab:gray")]
+    if pe and pe.get("flink_cdc_rows_per_s"):
+        bars.append(("snapshot\nFlink CDC", pe["flink_cdc_rows_per_s"], "tab:purple"))
+    if st:
+        bars += [("stream\nbinlake", st["rows_per_s"], "tab:orange"),
+                 ("binlog\nmariadb-binlog", st["baseline_decode_rows_per_s"], "tab:gray")]
+    if bars:
+        ax.bar(range(len(bars)), [b[1] for b in bars], color=[b[2] for b in bars])
+        ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
+        ax.set_yscale("log")
+        for i, b in enumerate(bars):
+            ax.text(i, b[1], f"{b[1]:,.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_title("Throughput, rows/s (log scale; grey = baselines)")
+
+    ax = axes[0][1]
+    targets = [t for t in results.get("targets", []) if t["figure"].endswith("ratio")]
+    if targets:
+        names = [t["figure"].replace(".ratio", "\nrows/s ÷ baseline") for t in targets]
+        values = [max(t["value"] or 1e-5, 1e-5) for t in targets]
+        goals = [float(t["target"].split()[1]) for t in targets]
+        colors = ["tab:green" if t["pass"] else "tab:red" for t in targets]
+        ax.barh(names, values, color=colors, height=0.5)
+        ax.scatter(goals, names, marker="|", s=900, linewidths=3, color="black", zorder=3)
+        for i, (v, g) in enumerate(zip(values, goals)):
+            ax.text(v, i + 0.3, f"{v:.4f} (target {g})", va="center", fontsize=9)
+        ax.set_xscale("log")
+        ax.set_xlim(min(values + goals) / 3, 2)
+    ax.set_title("Ratio to the baseline, log scale (black mark = target; green = met)")
+
+    ax = axes[1][0]
+    la = results.get("latency")
+    if la and la.get("histogram_s"):
+        for key, label, color in (("histogram_s", "seen by a polling reader", "tab:blue"),
+                                  ("commit_histogram_s", "silver commit time", "tab:orange")):
+            values = la.get(key) or []
+            if values:
+                ys = [(i + 1) / len(values) for i in range(len(values))]
+                ax.plot(values, ys, label=label, color=color)
+        ax.axvline(2.0, color="black", linestyle="--", label="p99 target 2 s")
+        ax.axhline(0.99, color="gray", linestyle=":")
+        ax.set_xlabel("seconds from commit to visible in silver")
+        ax.set_ylabel("fraction of rows")
+        ax.legend(loc="lower right")
+        verdict = "met" if (la.get("p99_s") or 1e9) <= 2.0 else "missed"
+        ax.set_title(f"Latency CDF at {la['writer_rate_rows_per_s']} rows/s: p99 {la.get('p99_s')} s (target {verdict})")
+    else:
+        ax.set_title("Latency: not measured")
+
+    ax = axes[1][1]
+    me = results.get("memory")
+    if me:
+        labels = [f"{me['rows_small']:,} rows", f"{me['rows_large']:,} rows"]
+        parts = sorted(set(me["parts_small_mb"]) | set(me["parts_large_mb"]))
+        bottom = [0.0, 0.0]
+        for part in parts:
+            vals = [me["parts_small_mb"].get(part, 0), me["parts_large_mb"].get(part, 0)]
+            ax.bar(labels, vals, bottom=bottom, label=part)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        for i, total in enumerate((me["peak_rss_mb_small"], me["peak_rss_mb_large"])):
+            ax.text(i, total, f"{total:,.0f} MB", ha="center", va="bottom")
+        ax.set_ylim(0, max(bottom) * 1.2)
+        ax.legend(loc="lower right", fontsize=8)
+        ax.set_title(f"Peak RSS, snapshot process tree: growth {me['growth']:.2f} (target <= 1.25)")
+    else:
+        ax.set_title("Memory: not measured")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True

@@ -1,0 +1,120 @@
+"""binlake's benchmark: `make bench`, or `python bench/run.py [--only SECTION ...]`.
+
+Sections, each measured against a baseline taken in the same run:
+  snapshot  `binlake snapshot` of a TPC-DS customer table vs one raw SELECT * (mysqlclient, mariadb -B)
+  stream    `binlake stream --until-caught-up` over a burst of changes vs `mariadb-binlog -v`
+  latency   commit-to-silver latency under a steady writer while `binlake run` streams
+  memory    peak RSS of the snapshot at 1x and 5x rows
+  peer      Flink CDC's MySQL source on the same table, when it can run here
+
+Sizes: BENCH_ROWS (default 1,000,000), BENCH_STREAM_CHANGES (500,000), BENCH_MEMORY_ROWS (the memory
+section's small size, default BENCH_ROWS), BENCH_LATENCY_RATE (200 rows/s), BENCH_LATENCY_SECONDS (60).
+Writes bench/results/latest.json, report.md and chart.png. A run of some sections replaces those
+sections in latest.json and keeps the others (each section records when it was measured).
+The benchmark uses its own MariaDB in .binlake/bench-mariadb and stops it at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+import latency  # noqa: E402
+import memory  # noqa: E402
+import peer  # noqa: E402
+import report  # noqa: E402
+import snapshot  # noqa: E402
+import stream  # noqa: E402
+
+SECTIONS = ("snapshot", "stream", "latency", "memory", "peer")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=harness.ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return git("rev-parse", "--short", "HEAD") + dirty
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", choices=SECTIONS, help="run this section (repeatable)")
+    args = parser.parse_args(argv)
+    wanted = list(args.only or SECTIONS)
+    rows = harness.env_int("BENCH_ROWS", 1_000_000)
+    harness.RESULTS.mkdir(parents=True, exist_ok=True)
+    latest = harness.RESULTS / "latest.json"
+    results: dict[str, Any] = json.loads(latest.read_text()) if args.only and latest.exists() else {}
+
+    began = time.monotonic()
+    print(f"bench: {', '.join(wanted)} at BENCH_ROWS={rows:,}; private MariaDB in {harness.DATADIR}", flush=True)
+    source = harness.start_source()
+    meta = {
+        "started": now(), "rows": rows, "sections": wanted, "cpus": os.cpu_count(),
+        "memory_gb": round(__import__("psutil").virtual_memory().total / 2**30, 1),
+        "load_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg()), "mariadb": source.version(),
+        "python": platform.python_version(), "commit": commit(),
+    }
+    snap_run: snapshot.SnapshotRun | None = None
+    try:
+        for name in wanted:
+            t0 = time.monotonic()
+            print(f"bench: {name} ...", flush=True)
+            try:
+                if name == "snapshot":
+                    out, snap_run = snapshot.run(source, rows)
+                elif name == "stream":
+                    out = stream.run(source, rows, snap_run)
+                elif name == "latency":
+                    out = latency.run(source)
+                elif name == "memory":
+                    out = memory.run(source, rows, snap_run.figures if snap_run else None)
+                else:
+                    out = peer.run(source, rows)
+            except Exception as exc:  # one failed section must not lose the others' figures
+                traceback.print_exc()
+                out = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
+            out["measured_at"] = now()
+            out["rows_setting"] = rows
+            results[name] = out
+            print(f"bench: {name} done in {time.monotonic() - t0:.0f}s: "
+                  + json.dumps({k: v for k, v in out.items() if not isinstance(v, (list, dict))})[:600], flush=True)
+    finally:
+        harness.stop_source(source)
+    meta.update(finished=now(), duration_s=round(time.monotonic() - began, 1),
+                load_at_end=" ".join(f"{x:.1f}" for x in os.getloadavg()))
+    results["meta"] = meta
+    results["targets"] = report.check_targets(results)
+    latest.write_text(json.dumps(results, indent=2) + "\n")
+    chart = harness.RESULTS / "chart.png"
+    try:
+        drawn = report.draw_chart(results, chart)
+    except Exception:
+        traceback.print_exc()
+        drawn = False
+    report.write_report(results, harness.RESULTS / "report.md", chart.name if drawn else None)
+    print(f"bench: wrote {latest}, {harness.RESULTS / 'report.md'}" + (f", {chart}" if drawn else ""))
+    for t in results["targets"]:
+        verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
+        print(f"  {t['figure']:<16} {str(t['value']):>10}  target {t['target']:<7} {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
