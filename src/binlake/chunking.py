@@ -168,7 +168,10 @@ def _same_key(conn: pymysql.connections.Connection, cols: list[Column], a: Bound
     if not any(c.is_string for c in cols):
         return a == b
     # equal under the collation ('a' = 'A' in *_ci), which only the server knows
-    sql = " AND ".join(f"(%s COLLATE {c.collation}) = %s" if c.is_string and c.collation else "%s = %s" for c in cols)
+    sql = " AND ".join(
+        f"CONVERT(%s USING {c.collation.split('_', 1)[0]}) COLLATE {c.collation} = %s" if c.is_string and c.collation
+        else "%s = %s" for c in cols
+    )
     params: list[Any] = []
     for c, x, y in zip(cols, decode_bound(cols, a), decode_bound(cols, b)):
         params += [x, y]
@@ -177,36 +180,100 @@ def _same_key(conn: pymysql.connections.Connection, cols: list[Column], a: Bound
         return bool(cur.fetchone()[0])
 
 
+@functools.total_ordering
+class PadSpaceWeight:
+    """A collation weight that compares as if both strings were padded with spaces to any length.
+
+    Under a PAD SPACE collation (every MariaDB collation but the `*_nopad_*` ones) the server
+    compares 'a' = 'a ', and 'a\t' < 'a' because the shorter string is padded with spaces, whose
+    weight is above the tab's. MariaDB's `WEIGHT_STRING` neither strips nor pads trailing spaces, so
+    comparing its raw bytes gets both wrong. Here trailing space weights are dropped and the shorter
+    weight is compared against space weights where it ends.
+    """
+
+    __slots__ = ("weight", "space")
+
+    def __init__(self, weight: bytes, space: bytes) -> None:
+        while space and weight.endswith(space) and len(weight) % len(space) == 0:
+            weight = weight[: -len(space)]
+        self.weight, self.space = weight, space
+
+    def _cmp(self, other: PadSpaceWeight) -> int:
+        a, b = self.weight, other.weight
+        n = min(len(a), len(b))
+        if a[:n] != b[:n]:
+            return -1 if a[:n] < b[:n] else 1
+        if len(a) == len(b):
+            return 0
+        rest = (a if len(a) > len(b) else b)[n:]
+        pad = self.space * (len(rest) // max(len(self.space), 1) + 1)
+        longer_is_less = rest < pad[: len(rest)]
+        return (-1 if longer_is_less else 1) * (1 if len(a) > len(b) else -1)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PadSpaceWeight) and self._cmp(other) == 0
+
+    def __lt__(self, other: PadSpaceWeight) -> bool:
+        return self._cmp(other) < 0
+
+    def __hash__(self) -> int:
+        return hash(self.weight)
+
+    def __repr__(self) -> str:
+        return f"PadSpaceWeight({self.weight.hex()})"
+
+
 class KeyOrder:
     """Orders chunk-key values the way the server does, so a binlog key finds its split.
 
     Integer, decimal and temporal keys compare in Python exactly as in MySQL. String keys compare
-    by their collation's weight (`WEIGHT_STRING`), fetched from the server once per distinct value.
+    by their collation's weight (`WEIGHT_STRING`), fetched from the server once per distinct value,
+    with the collation's trailing-space rule applied (`PadSpaceWeight`). BINARY(n) keys compare
+    zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index.
     """
 
     def __init__(self, schema: TableSchema, conn: pymysql.connections.Connection | None = None) -> None:
         self.cols = [schema.column(k) for k in schema.split_key]
         self.conn = conn
-        self.needs_server = any(c.is_string for c in self.cols)
+        self.needs_server = any(c.is_string and c.data_type != "enum" for c in self.cols)
         self._weight = functools.lru_cache(maxsize=100_000)(self._fetch_weight)
+        self._spaces: dict[str, bytes] = {}
 
-    def _fetch_weight(self, collation: str, value: str) -> bytes:
+    def _space(self, collation: str) -> bytes:
+        """The weight of one space under a PAD SPACE collation; b'' under NO PAD."""
+        if collation not in self._spaces:
+            charset = collation.split("_", 1)[0]
+            conv = f"CONVERT(%s USING {charset}) COLLATE {collation}"
+            with self._cursor() as cur:
+                cur.execute(f"SELECT {conv} = {conv}, WEIGHT_STRING({conv})", ("a", "a ", " "))
+                pads, space = cur.fetchone()
+            self._spaces[collation] = bytes(space) if pads else b""
+        return self._spaces[collation]
+
+    def _cursor(self) -> Any:
         if self.conn is None:
             raise RuntimeError("string chunk keys need a server connection to compare")
+        return self.conn.cursor()
+
+    def _fetch_weight(self, collation: str, value: str) -> PadSpaceWeight:
         charset = collation.split("_", 1)[0]
-        with self.conn.cursor() as cur:
+        with self._cursor() as cur:
             cur.execute(f"SELECT WEIGHT_STRING(CONVERT(%s USING {charset}) COLLATE {collation})", (value,))
-            return bytes(cur.fetchone()[0])
+            return PadSpaceWeight(bytes(cur.fetchone()[0]), self._space(collation))
 
     def sort_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
         out: list[Any] = []
         for c, v in zip(self.cols, values):
-            if c.is_string and c.collation and not c.collation.endswith("_bin"):
+            if c.data_type == "enum":
+                out.append(c.members.index(v) + 1 if v in c.members else 0)
+            elif c.is_string and c.collation:
                 out.append(self._weight(c.collation, v if isinstance(v, str) else str(v)))
             elif c.is_string and isinstance(v, str):
                 out.append(v.rstrip(" ").encode("utf-8"))
-            elif isinstance(v, (bytes, bytearray)):
-                out.append(bytes(v))
+            elif c.is_binary:
+                # the binlog drops BINARY(n)'s trailing zero bytes, and gives an all-zero value as ''
+                b = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+                out.append(b.ljust(c.length, b"\x00") if c.data_type == "binary" and c.length else b)
             else:
                 out.append(v)
         return tuple(out)
