@@ -86,12 +86,7 @@ def build(ctx: Context) -> StreamJob:
             "run the binlake job's snapshot task (or binlake snapshot) first"
         )
     start = min(s.hw for ss in splits.values() for s in ss if s.hw is not None)
-    job = {
-        "connection": ctx.public_params(),
-        "schemas": {n: s.to_dict() for n, s in schemas.items()},
-        "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
-        "server_id": ctx.cfg.server_ids.pick(0),
-        "start": start.to_dict(),
-        "is_mariadb": ctx.is_mariadb,
-    }
+    from binlake.spark.streaming import binlog_job
+
+    job = binlog_job(ctx, schemas, splits, start)
     return StreamJob(job, str(ctx.params["password"]), schemas)

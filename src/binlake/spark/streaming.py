@@ -51,6 +51,18 @@ def committed_offset(checkpoint: str) -> BinlogPosition | None:
     return None
 
 
+def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition) -> dict[str, Any]:
+    """The `job` option of the binlake_binlog source (everything but the password)."""
+    return {
+        "connection": ctx.public_params(),
+        "schemas": {n: s.to_dict() for n, s in schemas.items()},
+        "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
+        "server_id": ctx.cfg.server_ids.pick(0),
+        "start": start.to_dict(),
+        "is_mariadb": ctx.is_mariadb,
+    }
+
+
 def run_stream(ctx: Context, until_caught_up: bool) -> None:
     from pyspark.sql import functions as F
 
@@ -71,14 +83,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     start = min(hws) if hws else current_position(ctx.cfg)
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
-    job = {
-        "connection": ctx.public_params(),
-        "schemas": {n: s.to_dict() for n, s in schemas.items()},
-        "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
-        "server_id": ctx.cfg.server_ids.pick(0),
-        "start": start.to_dict(),
-        "is_mariadb": ctx.is_mariadb,
-    }
+    job = binlog_job(ctx, schemas, splits, start)
     progress_file = ctx.target.stream_progress
 
     def each_batch(df: Any, batch_id: int) -> None:
