@@ -50,6 +50,15 @@ def write_report(results: dict[str, Any], path: Path, chart: str | None) -> None
         f"{_n(meta.get('duration_s'))} s. Every figure's baseline was measured in the same run.",
         "",
     ]
+    me = results.get("memory", {})
+    if me.get("rows_small") and me["rows_small"] != meta.get("rows"):
+        lines += [f"The memory section ran at {_n(me['rows_small'])} and {_n(me['rows_large'])} rows "
+                  f"(BENCH_MEMORY_ROWS), not at BENCH_ROWS and 5x BENCH_ROWS.", ""]
+    if (meta.get("duration_s") or 0) > 1800 and set(meta.get("sections", [])) >= {"snapshot", "memory"}:
+        lines += [f"This run took {meta['duration_s'] / 60:.0f} minutes, over the 30-minute goal: at the rates "
+                  "below binlake needs that long for these sizes on this machine.", ""]
+    lines += [f"Load average at the end {meta.get('load_at_end', '?')}: other work on the same 2 cores changes "
+              "these figures from run to run.", ""]
     if chart:
         lines += [f"![chart]({chart})", ""]
     lines += ["## Targets", "", "| figure | value | target | verdict | meaning |", "|---|---|---|---|---|"]

@@ -55,7 +55,15 @@ def commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run this section (repeatable)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="redraw report.md and chart.png from latest.json without measuring")
     args = parser.parse_args(argv)
+    if args.report_only:
+        latest = harness.RESULTS / "latest.json"
+        results = json.loads(latest.read_text())
+        results["targets"] = report.check_targets(results)
+        write_outputs(results)
+        return 0
     wanted = list(args.only or SECTIONS)
     rows = harness.env_int("BENCH_ROWS", 1_000_000)
     harness.RESULTS.mkdir(parents=True, exist_ok=True)
@@ -101,6 +109,12 @@ def main(argv: list[str] | None = None) -> int:
                 load_at_end=" ".join(f"{x:.1f}" for x in os.getloadavg()))
     results["meta"] = meta
     results["targets"] = report.check_targets(results)
+    write_outputs(results)
+    return 0
+
+
+def write_outputs(results: dict[str, Any]) -> None:
+    latest = harness.RESULTS / "latest.json"
     latest.write_text(json.dumps(results, indent=2) + "\n")
     chart = harness.RESULTS / "chart.png"
     try:
@@ -113,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     for t in results["targets"]:
         verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
         print(f"  {t['figure']:<16} {str(t['value']):>10}  target {t['target']:<7} {verdict}")
-    return 0
 
 
 if __name__ == "__main__":
