@@ -51,7 +51,9 @@ seen=$(batches)
 advanced() { [ "$(batches)" -gt "$seen" ]; }
 wait_for 120 advanced
 sleep 3
-kill -TERM -- -"$run_pid" 2>/dev/null || true
+# SIGTERM to the CLI alone: it stops the stream between micro-batches (signalling the whole group
+# races the JVM's shutdown hook against that stop)
+kill -TERM "$run_pid" 2>/dev/null || true
 wait "$run_pid" 2>/dev/null || true
 trap - EXIT
 
