@@ -15,6 +15,7 @@ them on top, and because the fold applies them in binlog order the buffer ends a
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,10 +125,9 @@ def read_chunk(
         folded = 0
         if hw > lw:
             member = Membership(KeyOrder(schema, conn), split)
-            same = _same(schema)
             for change in read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
                                        is_mariadb=is_mariadb):
-                for part in split_key_change(change, schema.key, same):
+                for part in split_key_change(change, schema.key, operator.eq):
                     folded += 1
                     _fold(schema, buffer, member, part)
             log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
@@ -140,16 +140,10 @@ def read_chunk(
     return ChunkResult(split, lw, hw, rows, time.monotonic() - began, folded)
 
 
-def _same(schema: TableSchema) -> Callable[[Any, Any], bool]:
-    def same(a: Any, b: Any) -> bool:
-        return a == b
-    return same
-
-
 def _fold(schema: TableSchema, buffer: dict[tuple[Any, ...], dict[str, Any]], member: Membership, change: Any) -> None:
     if change.before is not None and change.op in ("u", "d"):
         ident = row_identity(schema, change.before)
-        if ident in buffer and (change.op == "d" or change.before is not None):
+        if ident in buffer:
             if not schema.primary_key and buffer[ident].get("__count", 1) > 1:
                 buffer[ident]["__count"] -= 1
             else:

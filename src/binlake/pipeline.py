@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake import bronze, faults, silver
+from binlake.spark import state as split_state
 from binlake.config import Config
 from binlake.errors import ConfigError, RuntimeFailure
 from binlake.offsets import BinlogPosition
@@ -87,17 +88,11 @@ class Context:
         return [ids.pick(1 + i) for i in range(min(n, len(ids) - 1))]
 
 
-def _state(ctx: Context) -> Any:
-    from binlake.spark import state
-
-    return state
-
-
 def plan(cfg: Config, ctx: Context | None = None) -> None:
     """Plan every captured table into the split state, resuming a half-planned table."""
     ctx = ctx or Context(cfg)
     spark = ctx.session()
-    state = _state(ctx)
+    state = split_state
     state.ensure(spark, ctx.target.split_state)
     numbers = state.table_numbers(spark, ctx.target.split_state)
     last = state.last_splits(spark, ctx.target.split_state)
@@ -132,7 +127,7 @@ def plan(cfg: Config, ctx: Context | None = None) -> None:
 def group_ids(cfg: Config, ctx: Context | None = None) -> list[int]:
     """The ids of the groups that still have unfinished chunks (what the fan-out iterates over)."""
     ctx = ctx or Context(cfg)
-    splits = _state(ctx).load(ctx.session(), ctx.target.split_state, cfg.get("snapshot.group-size"))
+    splits = split_state.load(ctx.session(), ctx.target.split_state, cfg.get("snapshot.group-size"))
     return sorted({s.group for ss in splits.values() for s in ss if s.status != "done"})
 
 
@@ -167,7 +162,7 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
     """Read every unfinished chunk (of `groups`, or all) into bronze and silver, group by group."""
     ctx = ctx or Context(cfg)
     spark = ctx.session()
-    state = _state(ctx)
+    state = split_state
     all_splits = state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
     schemas = ctx.schemas()
     totals = {t: len(ss) for t, ss in all_splits.items()}
@@ -219,7 +214,7 @@ def finish_chunks(ctx: Context, schema: TableSchema, splits: list[Split]) -> int
     faults.point("after_silver_chunks", schema.name)
     done = [s.finished(BinlogPosition(marks[s.index]["hw_file"], int(marks[s.index]["hw_pos"])),
                        int(marks[s.index]["rows"])) for s in splits]
-    _state(ctx).mark_done(spark, ctx.target.split_state, done)
+    split_state.mark_done(spark, ctx.target.split_state, done)
     return sum(s.rows or 0 for s in done)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import decimal
 import json
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -129,7 +130,7 @@ class BinlogReader(DataSourceStreamReader):
             )
             for change in changes:
                 schema = schemas[change.table]
-                for part in split_key_change(change, schema.key, lambda a, b: a == b):
+                for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
                         continue
                     row = schema.encode_row(part.image)
