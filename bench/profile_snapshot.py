@@ -67,11 +67,18 @@ def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
         setattr(module, name, timed)
         patched.append((module, name, original))
 
-    wrap(bronze, "chunk_marks", "bronze.chunk_marks (Delta read, twice per group)")
+    wrap(bronze, "chunk_marks", "bronze.chunk_marks (Delta read: landed chunks, their HW and row count)")
     wrap(bronze, "replace_chunks", "bronze.replace_chunks (reads the chunks from MariaDB + Delta write)")
     wrap(silver, "apply", "silver.apply (MERGE into silver, anti-join on bronze)")
-    wrap(state, "mark_done", "state.mark_done (MERGE into the split state)")
+    wrap(state, "record", "state.record (append to the split state)")
+    wrap(state, "add_planned", "state.add_planned (append planned splits)")
     wrap(pipeline, "read_group", "read_group (the whole group)")
+    wrap(bronze, "ensure_table", "bronze.ensure_table (create if missing)")
+    wrap(silver, "ensure_table", "silver.ensure_table (create if missing)")
+    wrap(state, "ensure", "state.ensure (create if missing)")
+    wrap(state, "table_numbers", "state.table_numbers (Delta read)")
+    wrap(state, "last_splits", "state.last_splits (Delta read)")
+    wrap(state, "load", "state.load (Delta read)")
 
     def undo() -> None:
         for module, name, original in patched:

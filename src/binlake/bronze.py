@@ -19,10 +19,16 @@ from pyspark.sql import types as T
 
 from binlake.schema import TableSchema
 
-CHANGES = (
-    "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, "
-    "_gtid STRING, _chunk INT, _row STRING"
+CHANGE_META = (
+    "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT"
 )
+CHANGES = CHANGE_META + ", _row STRING"
+
+
+def flat_changes(schema: TableSchema) -> str:
+    """The snapshot source's rows: one table, so its encoded values come as columns `_c0.._cN`
+    (positional: any source name works) instead of one JSON object."""
+    return CHANGE_META + "".join(f", _c{i} STRING" for i in range(len(schema.columns)))
 META_FIELDS = [
     T.StructField("_op", T.StringType()),
     T.StructField("_seq", T.DecimalType(38, 0)),
@@ -33,6 +39,7 @@ META_FIELDS = [
     T.StructField("_chunk", T.IntegerType()),
 ]
 DATA_OPS = ("r", "c", "u", "d")
+BINLOG_OPS = ("c", "u", "d")
 
 
 def sql_name(name: str) -> str:
@@ -64,19 +71,27 @@ def struct(schema: TableSchema) -> T.StructType:
 
 
 def typed(changes: DataFrame, schema: TableSchema) -> DataFrame:
-    """Generic change rows of one table -> the bronze columns."""
+    """Generic change rows (`CHANGES`) of one table -> the bronze columns."""
     payload = T.StructType([T.StructField(c.name, T.StringType()) for c in schema.columns])
     parsed = changes.withColumn("__r", F.from_json("_row", payload))
+    return _typed(parsed, schema, [F.col("__r").getField(c.name) for c in schema.columns])
+
+
+def typed_flat(changes: DataFrame, schema: TableSchema) -> DataFrame:
+    """Snapshot rows (`flat_changes`) -> the bronze columns, by the same casts as `typed`."""
+    return _typed(changes, schema, [F.col(f"_c{i}") for i in range(len(schema.columns))])
+
+
+def _typed(changes: DataFrame, schema: TableSchema, raw: list[Any]) -> DataFrame:
     cols = []
-    for field, col in zip(column_types(schema), schema.columns):
-        raw = F.col("__r").getField(col.name)
-        value = F.unbase64(raw) if col.is_binary else raw.cast(field.dataType)
+    for field, col, text in zip(column_types(schema), schema.columns, raw):
+        value = F.unbase64(text) if col.is_binary else text.cast(field.dataType)
         cols.append(value.alias(col.name))
     meta = [
         F.col("_op"), F.col("_seq"), F.timestamp_seconds("_ts").alias("_ts"), F.col("_file"), F.col("_pos"),
         F.col("_gtid"), F.col("_chunk"),
     ]
-    return parsed.select(*cols, *meta)
+    return changes.select(*cols, *meta)
 
 
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:

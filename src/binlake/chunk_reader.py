@@ -26,7 +26,7 @@ from binlake.binlog_reader import read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
-from binlake.source import connect, master_position
+from binlake.source import connect, master_position, select_rows
 from binlake.splits import Split
 
 log = logging.getLogger(__name__)
@@ -73,15 +73,9 @@ def row_identity(schema: TableSchema, row: dict[str, Any]) -> tuple[Any, ...]:
 
 def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[dict[str, str | None]]:
     """The chunk's rows as they are now, encoded: no watermarks (what `verify` compares against)."""
-    conn = connect(params)
-    try:
-        where, args = range_predicate(schema, split.start, split.end)
-        cols = schema.select_list()
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}", args)
-            return [schema.encode_row(dict(zip(schema.names, values))) for values in cur.fetchall()]
-    finally:
-        conn.close()
+    where, args = range_predicate(schema, split.start, split.end)
+    sql = f"SELECT {schema.select_list()} FROM {qualified(schema.database, schema.table)} WHERE {where}"
+    return [schema.encode_row(dict(zip(schema.names, values))) for values in select_rows(params, sql, args)]
 
 
 def read_chunk(
@@ -104,16 +98,15 @@ def read_chunk(
         where, args = range_predicate(schema, split.start, split.end)
         cols = schema.select_list()
         buffer: dict[tuple[Any, ...], dict[str, Any]] = {}
-        with conn.cursor() as cur:
-            cur.execute(f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}", args)
-            names = schema.names
-            for values in cur.fetchall():
-                row = dict(zip(names, values))
-                ident = row_identity(schema, row)
-                if not schema.primary_key and ident in buffer:
-                    buffer[ident]["__count"] = buffer[ident].get("__count", 1) + 1
-                else:
-                    buffer[ident] = row
+        names = schema.names
+        sql = f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}"
+        for values in select_rows(params, sql, args):
+            row = dict(zip(names, values))
+            ident = row_identity(schema, row)
+            if not schema.primary_key and ident in buffer:
+                buffer[ident]["__count"] = buffer[ident].get("__count", 1) + 1
+            else:
+                buffer[ident] = row
         log.info("split %s: selected %d rows", split.id, len(buffer))
         if hooks.after_select:
             hooks.after_select()

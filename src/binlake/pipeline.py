@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # splits written to the split state per commit while planning (the resume grain of planning)
 PLAN_BATCH = int(os.environ.get("BINLAKE_PLAN_BATCH", "500"))
+# snapshot rows applied to silver per MERGE (landed chunks are gathered up to this many rows)
+SILVER_BATCH_ROWS = int(os.environ.get("BINLAKE_SILVER_BATCH_ROWS", "1000000"))
 
 
 @dataclass
@@ -128,7 +130,7 @@ def group_ids(cfg: Config, ctx: Context | None = None) -> list[int]:
     """The ids of the groups that still have unfinished chunks (what the fan-out iterates over)."""
     ctx = ctx or Context(cfg)
     splits = split_state.load(ctx.session(), ctx.target.split_state, cfg.get("snapshot.group-size"))
-    return sorted({s.group for ss in splits.values() for s in ss if s.status != "done"})
+    return sorted({s.group for ss in splits.values() for s in ss if not s.landed})
 
 
 class Progress:
@@ -158,64 +160,83 @@ class Progress:
             sys.stderr.write("\r" + line + " " * 20 + "\n")
 
 
-def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None) -> None:
-    """Read every unfinished chunk (of `groups`, or all) into bronze and silver, group by group."""
+def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None, apply_silver: bool = True) -> None:
+    """Read every unfinished chunk (of `groups`, or all) into bronze, group by group, then apply the
+    landed chunks to silver (locally; on Databricks the pipeline's AUTO CDC does that)."""
     ctx = ctx or Context(cfg)
     spark = ctx.session()
-    state = split_state
-    all_splits = state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
+    all_splits = split_state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
     schemas = ctx.schemas()
     totals = {t: len(ss) for t, ss in all_splits.items()}
-    progress = Progress(totals, {t: sum(1 for s in ss if s.status == "done") for t, ss in all_splits.items()})
+    progress = Progress(totals, {t: sum(1 for s in ss if s.landed) for t, ss in all_splits.items()})
     ids = ctx.reader_ids()
     for table, splits in all_splits.items():
         if table not in schemas:
             continue
-        pending: dict[int, list[Split]] = {}
-        for s in splits:
-            if s.status != "done" and (groups is None or s.group in groups):
-                pending.setdefault(s.group, []).append(s)
-        for group in sorted(pending):
-            rows = read_group(ctx, schemas[table], pending[group], ids)
-            progress.update(table, len(pending[group]), rows)
+        chosen = [s for s in splits if groups is None or s.group in groups]
+        landed = [s for s in chosen if s.status == "landed"]
+        pending = [s for s in chosen if not s.landed]
+        recovered = landed_in_bronze(ctx, schemas[table], pending)
+        landed += recovered
+        by_group: dict[int, list[Split]] = {}
+        for s in pending:
+            if s.index not in {r.index for r in recovered}:
+                by_group.setdefault(s.group, []).append(s)
+        for group in sorted(by_group):
+            read = read_group(ctx, schemas[table], by_group[group], ids)
+            landed += read
+            progress.update(table, len(read), sum(s.rows or 0 for s in read))
+            if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
+                apply_to_silver(ctx, schemas[table], landed)
+                landed = []
+        if apply_silver:
+            apply_to_silver(ctx, schemas[table], landed)
     progress.finish()
 
 
-def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int]) -> int:
-    """Read a group's chunks in one Spark job into bronze, then finish them. Returns rows read."""
+def landed_in_bronze(ctx: Context, schema: TableSchema, splits: list[Split]) -> list[Split]:
+    """Chunks whose rows reached bronze but whose status did not (a crash between the two): record
+    them as landed instead of reading them again."""
+    if not splits:
+        return []
+    marks = {m["_chunk"]: m for m in bronze.chunk_marks(ctx.session(), ctx.target.bronze(schema.name).location,
+                                                        [s.index for s in splits]) if m["hw_file"]}
+    found = [s.landed_at(BinlogPosition(marks[s.index]["hw_file"], int(marks[s.index]["hw_pos"])),
+                         int(marks[s.index]["rows"])) for s in splits if s.index in marks]
+    split_state.record(ctx.session(), ctx.target.split_state, found)
+    return found
+
+
+def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int]) -> list[Split]:
+    """Read a group's chunks in one Spark job into bronze; record them landed with their HW."""
     spark = ctx.session()
     b = ctx.target.bronze(schema.name).location
-    chunks = [s.index for s in splits]
-    landed = {m["_chunk"] for m in bronze.chunk_marks(spark, b, chunks) if m["hw_file"]}
-    todo = [s for s in splits if s.index not in landed]
-    if todo:
-        job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in todo],
-               "server_ids": ids, "is_mariadb": ctx.is_mariadb}
-        df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
-              .option("password", ctx.params["password"]).load())
-        bronze.replace_chunks(bronze.typed(df, schema), b, [s.index for s in todo])
-        faults.point("after_bronze_write", schema.name)
-    return finish_chunks(ctx, schema, splits)
-
-
-def finish_chunks(ctx: Context, schema: TableSchema, splits: list[Split]) -> int:
-    """Apply landed chunks to silver, then mark them done with their HW (both idempotent)."""
-    from pyspark.sql import functions as F
-
-    spark = ctx.session()
-    b = ctx.target.bronze(schema.name).location
-    chunks = [s.index for s in splits]
-    marks = {m["_chunk"]: m for m in bronze.chunk_marks(spark, b, chunks)}
-    missing = [c for c in chunks if c not in marks or not marks[c]["hw_file"]]
+    job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
+           "server_ids": ids, "is_mariadb": ctx.is_mariadb}
+    df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
+          .option("password", ctx.params["password"]).load())
+    bronze.replace_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
+    faults.point("after_bronze_write", schema.name)
+    landed = landed_in_bronze(ctx, schema, splits)
+    missing = sorted({s.index for s in splits} - {s.index for s in landed})
     if missing:
         raise RuntimeFailure(f"chunks {missing} of {schema.name} have no watermark row in bronze after their read")
+    return landed
+
+
+def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split]) -> None:
+    """Apply landed chunks' rows to silver in one MERGE, then record them done (both idempotent)."""
+    from pyspark.sql import functions as F
+
+    if not landed:
+        return
+    spark = ctx.session()
+    b = ctx.target.bronze(schema.name).location
+    chunks = [s.index for s in landed]
     rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
     silver.apply(spark, schema, rows, ctx.target.silver(schema.name).location, b)
     faults.point("after_silver_chunks", schema.name)
-    done = [s.finished(BinlogPosition(marks[s.index]["hw_file"], int(marks[s.index]["hw_pos"])),
-                       int(marks[s.index]["rows"])) for s in splits]
-    split_state.mark_done(spark, ctx.target.split_state, done)
-    return sum(s.rows or 0 for s in done)
+    split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])
 
 
 def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = None) -> None:

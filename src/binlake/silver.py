@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake import faults
-from binlake.bronze import DATA_OPS, column_types, sql_name
+from binlake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
 from binlake.schema import TableSchema
 
 SILVER_META = [T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("_ts", T.TimestampType())]
@@ -47,8 +47,10 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         return  # nothing to apply
     newer = (
         spark.read.format("delta").load(bronze)
-        # bronze grows in _seq order, so file statistics skip everything older than this batch
-        .where((F.col("_seq") > F.lit(oldest)) & F.col("_op").isin(*DATA_OPS))
+        # bronze grows in _seq order, so file statistics skip everything older than this batch. Only
+        # binlog changes can be newer: a key's snapshot row comes from its one chunk, whose HW the
+        # stream's changes of that key all follow
+        .where((F.col("_seq") > F.lit(oldest)) & F.col("_op").isin(*BINLOG_OPS))
         .select(*[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
     )
     cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]

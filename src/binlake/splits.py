@@ -8,13 +8,16 @@ column (see `schema.Column.encode`) so they survive JSON and Delta unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from binlake.offsets import BinlogPosition
 
 Bound = tuple[str, ...]
-Status = Literal["planned", "done"]
+Status = Literal["planned", "landed", "done"]
+# planned: bounds known; landed: rows and high watermark in bronze; done: also applied to silver
+STATUS_RANK: dict[str, int] = {"planned": 0, "landed": 1, "done": 2}
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,8 @@ class Split:
             raise ValueError(f"split {self.id} is empty: start equals end {self.start}")
         if self.index < 0:
             raise ValueError(f"split index {self.index} is negative")
-        if self.status == "done" and self.hw is None:
-            raise ValueError(f"split {self.id} is done but has no high watermark")
+        if self.status != "planned" and self.hw is None:
+            raise ValueError(f"split {self.id} is {self.status} but has no high watermark")
 
     @property
     def id(self) -> str:
@@ -49,8 +52,16 @@ class Split:
     def is_last(self) -> bool:
         return self.end is None
 
-    def finished(self, hw: BinlogPosition, rows: int) -> Split:
-        return replace(self, status="done", hw=hw, rows=rows)
+    @property
+    def landed(self) -> bool:
+        """Its rows and high watermark are in bronze (it may be applied to silver too)."""
+        return self.status != "planned"
+
+    def landed_at(self, hw: BinlogPosition, rows: int) -> Split:
+        return replace(self, status="landed", hw=hw, rows=rows)
+
+    def applied(self) -> Split:
+        return replace(self, status="done")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +91,20 @@ class Split:
             hw=hw,
             rows=None if d.get("rows") is None else int(d["rows"]),
         )
+
+
+def newest(rows: Iterable[dict[str, Any]], group_size: int) -> dict[str, list[Split]]:
+    """Splits by table in chunk order from split-state rows, which are appended, never updated:
+    of a chunk's rows the one furthest along (planned < landed < done) is its state."""
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in rows:
+        k = (r["table"], int(r["chunk"]))
+        if k not in best or STATUS_RANK[r["status"] or "planned"] > STATUS_RANK[best[k]["status"] or "planned"]:
+            best[k] = r
+    out: dict[str, list[Split]] = {}
+    for k in sorted(best):
+        out.setdefault(k[0], []).append(Split.from_dict(best[k], group_size))
+    return out
 
 
 GROUP_FACTOR = 1_000_000

@@ -30,7 +30,7 @@ def status(cfg: Config) -> dict[str, Any]:
     tables = []
     for name in ctx.schemas():
         ss = splits.get(name, [])
-        done = [s for s in ss if s.status == "done"]
+        done = [s for s in ss if s.landed]  # read into bronze
         silver = ctx.target.silver(name)
         rows = (spark.read.format("delta").load(silver.location).count()
                 if DeltaTable.isDeltaTable(spark, silver.location) else 0)

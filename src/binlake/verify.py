@@ -40,7 +40,7 @@ def verify(cfg: Config) -> dict[str, Any]:
                "server_ids": ctx.reader_ids(), "plain": True}
         raw = spark.read.format("binlake_snapshot").option("job", json.dumps(job)).option(
             "password", ctx.params["password"]).load()
-        src = bronze.typed(raw, schema).cache()
+        src = bronze.typed_flat(raw, schema).cache()
         sil = spark.read.format("delta").load(ctx.target.silver(name).location)
         names = schema.names
         digest = F.xxhash64(*[F.col(bronze.sql_name(c)) for c in names]).cast("decimal(38,0)")

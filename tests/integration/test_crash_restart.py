@@ -17,8 +17,8 @@ from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_
 POINTS = [
     "mid_plan",  # after part of the table's splits are stored
     "after_low_watermark",  # inside a chunk read, between LW and HW (in a Spark worker)
-    "after_bronze_write",  # a group's rows are in bronze, its splits not yet marked done
-    "after_silver_chunks",  # silver has the group, the split state does not know yet
+    "after_bronze_write",  # a group's rows are in bronze, its splits not yet recorded landed
+    "after_silver_chunks",  # silver has the landed chunks, the split state does not know yet
     "mid_merge",  # just before a MERGE commits
     "mid_stream",  # a micro-batch is in bronze, not yet in silver, checkpoint not committed
     "after_batch",  # right after handover: the first stream batch applied, checkpoint not committed

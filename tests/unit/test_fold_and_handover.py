@@ -52,7 +52,7 @@ def test_key_changing_update_becomes_delete_then_insert() -> None:
 
 def test_handover_emits_only_after_the_hw_of_the_key_s_split() -> None:
     hw0, hw1 = BinlogPosition("b.000001", 500), BinlogPosition("b.000001", 900)
-    splits = [Split("d.t", 1, 0, None, ("100",)).finished(hw0, 1), Split("d.t", 1, 1, ("100",), None).finished(hw1, 1)]
+    splits = [Split("d.t", 1, 0, None, ("100",)).landed_at(hw0, 1), Split("d.t", 1, 1, ("100",), None).landed_at(hw1, 1)]
     h = Handover({"d.t": SCHEMA}, {"d.t": splits})
     h.bind(None)
     assert h.start_position() == hw0
@@ -66,7 +66,7 @@ def test_handover_emits_only_after_the_hw_of_the_key_s_split() -> None:
 
 def test_handover_rotation_counts() -> None:
     hw = BinlogPosition("b.000009", 100)
-    h = Handover({"d.t": SCHEMA}, {"d.t": [Split("d.t", 1, 0, None, None).finished(hw, 0)]})
+    h = Handover({"d.t": SCHEMA}, {"d.t": [Split("d.t", 1, 0, None, None).landed_at(hw, 0)]})
     h.bind(None)
     late = RowChange("d.t", "c", None, {"id": 1}, "b.000010", 4, 0, 0)
     early = RowChange("d.t", "c", None, {"id": 1}, "b.000009", 99, 0, 0)

@@ -173,7 +173,7 @@ def _snapshot(argv: Sequence[str] | None, dbutils: DbUtils | None) -> None:
 
     from binlake.pipeline import snapshot
 
-    snapshot(cfg, groups=None if ns.group is None else [ns.group])
+    snapshot(cfg, groups=None if ns.group is None else [ns.group], apply_silver=False)
     print(f"binlake-snapshot: group {'all' if ns.group is None else ns.group} done")
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from binlake.errors import RuntimeFailure
 from binlake.schema import TableSchema
-from binlake.splits import Split
+from binlake.splits import Split, newest
 
 if TYPE_CHECKING:
     from binlake.pipeline import Context
@@ -51,18 +51,14 @@ def load_splits(spark: Any, path: str, group_size: int, tables: list[str]) -> di
     from pyspark.errors import AnalysisException
 
     try:
-        rows = spark.read.format("delta").load(path).orderBy("table", "chunk").collect()
+        rows = spark.read.format("delta").load(path).collect()
     except AnalysisException as exc:
         text = f"{exc.getCondition() or ''} {exc}"
         if any(marker in text for marker in _NO_TABLE):
             return {}
         raise
     wanted = set(tables)
-    out: dict[str, list[Split]] = {}
-    for r in rows:
-        if r["table"] in wanted:
-            out.setdefault(r["table"], []).append(Split.from_dict(r.asDict(), group_size))
-    return out
+    return newest((r.asDict() for r in rows if r["table"] in wanted), group_size)
 
 
 def build(ctx: Context) -> StreamJob:
@@ -77,7 +73,7 @@ def build(ctx: Context) -> StreamJob:
             "the binlog after the snapshot: run the binlake job (plan, snapshot, then this pipeline), and "
             "check that target.path is the same for the job and the pipeline"
         )
-    pending = {name: sum(1 for s in ss if s.status != "done" or s.hw is None) for name, ss in splits.items()}
+    pending = {name: sum(1 for s in ss if not s.landed) for name, ss in splits.items()}
     pending = {name: n for name, n in pending.items() if n}
     if pending:
         listed = ", ".join(f"{name} ({n})" for name, n in sorted(pending.items()))

@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from binlake.bronze import CHANGES
+from binlake.bronze import CHANGES, flat_changes
 from binlake.offsets import BinlogPosition
 
 
@@ -33,6 +33,24 @@ class ChunkSlot(InputPartition):
     splits: list[dict[str, Any]]
 
 
+# rows per Arrow batch handed to Spark: columnar batches, not one pickled tuple per row
+BATCH_ROWS = 8192
+
+
+def _meta_arrow() -> list[tuple[str, Any]]:
+    import pyarrow as pa
+
+    return [("_table", pa.string()), ("_op", pa.string()), ("_seq", pa.decimal128(38, 0)), ("_ts", pa.int64()),
+            ("_file", pa.string()), ("_pos", pa.int64()), ("_gtid", pa.string()), ("_chunk", pa.int32())]
+
+
+def _arrow_batch(fields: list[tuple[str, Any]], columns: list[list[Any]]) -> Any:
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, (_, t) in zip(columns, fields)],
+                                      names=[n for n, _ in fields])
+
+
 class SnapshotReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -44,7 +62,9 @@ class SnapshotReader(DataSourceReader):
         slots = max(1, min(len(splits), len(ids)))
         return [ChunkSlot(i, ids[i], splits[i::slots]) for i in range(slots)]
 
-    def read(self, partition: ChunkSlot) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
+    def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
+        import pyarrow as pa
+
         from binlake.chunk_reader import read_chunk, select_chunk
         from binlake.schema import TableSchema
         from binlake.splits import Split
@@ -52,18 +72,24 @@ class SnapshotReader(DataSourceReader):
         job = json.loads(self.options["job"])
         params = _params(self.options)
         schema = TableSchema.from_dict(job["schema"])
+        names = schema.names
+        fields = _meta_arrow() + [(f"_c{i}", pa.string()) for i in range(len(names))]
         for raw in partition.splits:
             split = Split.from_dict(raw)
             if job.get("plain"):
-                for row in select_chunk(params, schema, split):
-                    yield (schema.name, "r", None, None, None, None, None, split.index, json.dumps(row, ensure_ascii=False))
-                continue
-            result = read_chunk(params, schema, split, partition.server_id, is_mariadb=job.get("is_mariadb", True))
-            seq = decimal.Decimal(result.hw.seq(0))
-            for row in result.rows:
-                yield (schema.name, "r", seq, None, result.hw.file, result.hw.pos, None, split.index,
-                       json.dumps(row, ensure_ascii=False))
-            yield (schema.name, "w", seq, None, result.hw.file, result.hw.pos, None, split.index, None)
+                rows, seq, file, pos = select_chunk(params, schema, split), None, None, None
+            else:
+                result = read_chunk(params, schema, split, partition.server_id, is_mariadb=job.get("is_mariadb", True))
+                rows, seq, file, pos = result.rows, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
+            for at in range(0, len(rows), BATCH_ROWS):
+                part = rows[at:at + BATCH_ROWS]
+                n = len(part)
+                meta = [[schema.name] * n, ["r"] * n, [seq] * n, [None] * n, [file] * n, [pos] * n, [None] * n,
+                        [split.index] * n]
+                yield _arrow_batch(fields, meta + [[r[c] for r in part] for c in names])
+            if not job.get("plain"):
+                yield _arrow_batch(fields, [[schema.name], ["w"], [seq], [None], [file], [pos], [None], [split.index]]
+                                   + [[None]] * len(names))
 
 
 class SnapshotSource(DataSource):
@@ -72,7 +98,9 @@ class SnapshotSource(DataSource):
         return "binlake_snapshot"
 
     def schema(self) -> str:
-        return CHANGES
+        from binlake.schema import TableSchema
+
+        return flat_changes(TableSchema.from_dict(json.loads(self.options["job"])["schema"]))
 
     def reader(self, schema: Any) -> SnapshotReader:
         return SnapshotReader(dict(self.options))
@@ -109,14 +137,17 @@ class BinlogReader(DataSourceStreamReader):
             return []
         return [BinlogRange(start, end)]
 
-    def read(self, partition: BinlogRange) -> Iterator[tuple[Any, ...]]:  # type: ignore[override]
+    def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
         from binlake.binlog_reader import read_changes, split_key_change
         from binlake.handover import Handover
         from binlake.schema import TableSchema
         from binlake.source import connect
         from binlake.splits import Split
 
+        import pyarrow as pa
+
         params = _params(self.options)
+        fields = _meta_arrow() + [("_row", pa.string())]
         schemas = {n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()}
         splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
         handover = Handover(schemas, splits)
@@ -128,14 +159,20 @@ class BinlogReader(DataSourceStreamReader):
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
                 is_mariadb=self.job.get("is_mariadb", True),
             )
+            rows: list[tuple[Any, ...]] = []
             for change in changes:
                 schema = schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
                         continue
                     row = schema.encode_row(part.image)
-                    yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
-                           None, json.dumps(row, ensure_ascii=False))
+                    rows.append((part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos,
+                                 part.gtid, None, json.dumps(row, ensure_ascii=False)))
+                if len(rows) >= BATCH_ROWS:
+                    yield _arrow_batch(fields, [list(c) for c in zip(*rows)])
+                    rows = []
+            if rows:
+                yield _arrow_batch(fields, [list(c) for c in zip(*rows)])
         finally:
             conn.close()
 

@@ -1,15 +1,14 @@
-"""The split state: one Delta table, one row per chunk. Every write is an idempotent MERGE."""
+"""The split state: one Delta table, appended to, never updated: a chunk's planned row, then a row
+for each status it reaches (see `splits.newest`). Appends are cheap and never conflict."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
-from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from binlake.splits import Split
+from binlake.splits import Split, newest
 
 SCHEMA = (
     "table STRING, table_no INT, chunk INT, group_id BIGINT, start STRING, `end` STRING, status STRING, "
@@ -28,50 +27,42 @@ def ensure(spark: SparkSession, path: str) -> None:
         spark.createDataFrame([], SCHEMA).write.format("delta").mode("ignore").save(path)
 
 
-def _merge(spark: SparkSession, path: str, rows: list[dict[str, Any]], update_cols: list[str]) -> None:
-    from delta.tables import DeltaTable
-
+def _append(spark: SparkSession, path: str, splits: Iterable[Split], app_id: str | None = None,
+            version: int | None = None) -> None:
+    """Blind appends: concurrent fan-out tasks never conflict on them, and no row is rewritten."""
+    rows = [s.to_dict() for s in splits]
     if not rows:
         return
     df = spark.createDataFrame(rows, SCHEMA.replace(", updated_at TIMESTAMP", "")).withColumn(
         "updated_at", F.current_timestamp()
     )
-    for attempt in range(8):
-        try:
-            (
-                DeltaTable.forPath(spark, path).alias("t")
-                .merge(df.alias("s"), "t.table = s.table AND t.chunk = s.chunk")
-                .whenMatchedUpdate(set={c: f"s.`{c}`" for c in update_cols})
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
-            return
-        except Exception as exc:  # concurrent fan-out tasks may conflict on commit; retry
-            if "Concurrent" not in type(exc).__name__ and "Concurrent" not in str(exc)[:300] or attempt == 7:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+    writer = df.write.format("delta").mode("append")
+    if app_id is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", version)
+    writer.save(path)
 
 
-def add_planned(spark: SparkSession, path: str, splits: Iterable[Split]) -> None:
-    """Insert planned splits; a split already present is left as it is (re-planning changes nothing)."""
-    _merge(spark, path, [s.to_dict() for s in splits], update_cols=["table"])
+def add_planned(spark: SparkSession, path: str, splits: list[Split]) -> None:
+    """Append a table's next planned splits. Planning resumes after the last split written, and the
+    append is keyed by (table, first chunk), so a retried batch is never written twice."""
+    if splits:
+        first = splits[0]
+        _append(spark, path, splits, f"binlake-plan-{first.table_no}-{first.table}", first.index)
 
 
-def mark_done(spark: SparkSession, path: str, splits: Iterable[Split]) -> None:
-    _merge(spark, path, [s.to_dict() for s in splits], update_cols=["status", "hw_file", "hw_pos", "rows", "updated_at"])
+def record(spark: SparkSession, path: str, splits: Iterable[Split]) -> None:
+    """Record splits' new status (landed or done); the newest status of a chunk wins on load."""
+    _append(spark, path, splits)
 
 
 def load(spark: SparkSession, path: str, group_size: int, tables: list[str] | None = None) -> dict[str, list[Split]]:
-    """All splits by table, in chunk order."""
+    """All splits by table, in chunk order, each in its newest status."""
     if not _exists(spark, path):
         return {}
     df = spark.read.format("delta").load(path)
     if tables is not None:
         df = df.where(F.col("table").isin(tables))
-    out: dict[str, list[Split]] = {}
-    for r in df.orderBy("table", "chunk").collect():
-        out.setdefault(r["table"], []).append(Split.from_dict(r.asDict(), group_size))
-    return out
+    return newest((r.asDict() for r in df.collect()), group_size)
 
 
 def table_numbers(spark: SparkSession, path: str) -> dict[str, int]:

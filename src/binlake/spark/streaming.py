@@ -74,8 +74,8 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     splits = state.load(spark, ctx.target.split_state, ctx.cfg.get("snapshot.group-size"), list(schemas))
     pending = sum(1 for ss in splits.values() for s in ss if s.status != "done")
     if pending:
-        raise RuntimeFailure(f"{pending} snapshot chunks are not read yet; the stream starts after the snapshot: "
-                             "run binlake snapshot (or binlake run)")
+        raise RuntimeFailure(f"{pending} snapshot chunks are not read into bronze and silver yet; the stream starts "
+                             "after the snapshot: run binlake snapshot (or binlake run)")
     for name, schema in schemas.items():
         bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
         silver.ensure_table(spark, ctx.target.silver(name).location, schema)
