@@ -128,9 +128,13 @@ class BinlogReader(DataSourceStreamReader):
 
         conn = connect(_params(self.options))
         try:
-            return master_position(conn).to_dict()
+            head = master_position(conn)
         finally:
             conn.close()
+        until = self.job.get("until")
+        if until is not None and head > BinlogPosition.from_dict(until):
+            return dict(until)  # --until-caught-up: nothing past the head as it was at the start
+        return head.to_dict()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogRange]:
         if BinlogPosition.from_dict(end) <= BinlogPosition.from_dict(start):

@@ -51,9 +51,12 @@ def committed_offset(checkpoint: str) -> BinlogPosition | None:
     return None
 
 
-def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition) -> dict[str, Any]:
-    """The `job` option of the binlake_binlog source (everything but the password)."""
+def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
+               until: BinlogPosition | None = None) -> dict[str, Any]:
+    """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
+    source offers nothing past that position."""
     return {
+        "until": None if until is None else until.to_dict(),
         "connection": ctx.public_params(),
         "schemas": {n: s.to_dict() for n, s in schemas.items()},
         "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
@@ -83,7 +86,8 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     start = min(hws) if hws else current_position(ctx.cfg)
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
-    job = binlog_job(ctx, schemas, splits, start)
+    target = current_position(ctx.cfg) if until_caught_up else None
+    job = binlog_job(ctx, schemas, splits, start, target)
     progress_file = ctx.target.stream_progress
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -109,21 +113,18 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     if until_caught_up:
         # Not Trigger.AvailableNow: after a crash it replays the pending batch and stops there.
-        # Drain to the head as it is now, then stop between micro-batches.
-        target = current_position(ctx.cfg)
+        # The source offers nothing past `target` (the head now), so once a batch ending there is
+        # committed no other batch can start, and stopping cannot cut one short.
+        assert target is not None
         query = writer.trigger(processingTime="0 seconds").start()
-        idle_since = time.monotonic()
         while query.isActive:
             done = committed_offset(checkpoint)
-            if done is not None and done >= target:
+            if (done is not None and done >= target) or start >= target:
                 break
-            busy = query.status.get("isTriggerActive") or query.status.get("isDataAvailable")
-            if busy:
-                idle_since = time.monotonic()
-            elif done is None and start >= target and time.monotonic() - idle_since > 3:
-                break  # nothing to read at all
             query.awaitTermination(0.2)
-        _stop_between_batches(query)
+        if query.isActive:
+            query.stop()
+        _await(query)
         return
     query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
     stop = {"asked": False}
