@@ -8,6 +8,8 @@ silver itself holds only live rows. Applying the same changes twice changes noth
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -24,10 +26,13 @@ def struct(schema: TableSchema) -> T.StructType:
 
 
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
+    """Create silver with deletion vectors: a MERGE then marks the rows it replaces instead of
+    rewriting every file a batch of scattered keys touches."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, location):
-        spark.createDataFrame([], struct(schema)).write.format("delta").mode("ignore").save(location)
+        (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
+         .property("delta.enableDeletionVectors", "true").execute())
 
 
 def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
@@ -35,14 +40,17 @@ def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
     return changes.withColumn("__n", F.row_number().over(w)).where("__n = 1").drop("__n")
 
 
-def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str) -> None:
-    """MERGE bronze-typed `changes` (any of r/c/u/d) into the silver table at `silver`."""
+def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str,
+          oldest: Any = None) -> None:
+    """MERGE bronze-typed `changes` (any of r/c/u/d) into the silver table at `silver`. `oldest`, the
+    smallest `_seq` among them, saves a pass over `changes` when the caller knows it."""
     from delta.tables import DeltaTable
 
     key = list(schema.key)
     data = changes.where(F.col("_op").isin(*DATA_OPS))
     latest = latest_per_key(data, key)
-    oldest = data.agg(F.min("_seq")).first()[0]
+    if oldest is None:
+        oldest = data.agg(F.min("_seq")).first()[0]
     if oldest is None:
         return  # nothing to apply
     newer = (

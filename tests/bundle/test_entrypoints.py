@@ -87,7 +87,8 @@ class RecordingPipeline:
             self.calls.append(("group_ids", cfg, None))
             return list(self.groups)
 
-        def snapshot(cfg: Config, groups: list[int] | None = None) -> None:
+        def snapshot(cfg: Config, groups: list[int] | None = None, apply_silver: bool = True) -> None:
+            assert not apply_silver, "on Databricks silver is the pipeline's AUTO CDC, not the snapshot task's"
             self.calls.append(("snapshot", cfg, groups))
 
         mod.group_ids = group_ids  # type: ignore[attr-defined]

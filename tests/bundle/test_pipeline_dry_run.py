@@ -141,7 +141,8 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     job = stream_job.build(ctx)
     assert set(job.schemas) == set(shop.tables)
     body = job.job
-    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb"}
+    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb", "until"}
+    assert body["until"] is None  # the pipeline streams on; only --until-caught-up stops at a position
     assert "password" not in body["connection"]
     assert body["server_id"] == 6410
     assert body["is_mariadb"] is True

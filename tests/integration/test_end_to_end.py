@@ -22,9 +22,9 @@ from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_
 
 def test_concurrent_writers_handover_and_verify(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
-    rows = 200_000
+    rows = 100_000
     create_table(port, database, rows)
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=8096, group_size=16)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=4096, group_size=16)
     with Writers(port, database, rows, threads=2, pause=0.01) as writers:
         first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
         assert first.returncode == 0, first.stderr[-3000:]

@@ -93,17 +93,25 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     def each_batch(df: Any, batch_id: int) -> None:
         df.persist()
         try:
-            seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts")).collect()
+            began = time.monotonic()
+            seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts"),
+                                            F.min("_seq").alias("oldest")).collect()
+            read_s, bronze_s, silver_s = time.monotonic() - began, 0.0, 0.0
             for row in seen:
                 name = row["_table"]
                 schema = schemas[name]
                 typed = bronze.typed(df.where(F.col("_table") == name), schema)
                 b = ctx.target.bronze(name).location
+                t = time.monotonic()
                 bronze.append_batch(typed, b, f"binlake-stream-{app}-{name}", batch_id)
                 faults.point("mid_stream", name)
-                silver.apply(spark, schema, typed, ctx.target.silver(name).location, b)
+                bronze_s += time.monotonic() - t
+                t = time.monotonic()
+                silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"])
+                silver_s += time.monotonic() - t
             _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen})
-            log.info("batch %d: %s", batch_id, {r["_table"]: int(r["n"]) for r in seen})
+            log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
+                     {r["_table"]: int(r["n"]) for r in seen}, read_s, bronze_s, silver_s)
             faults.point("after_batch", str(batch_id))
         finally:
             df.unpersist()
