@@ -95,10 +95,12 @@ def _typed(changes: DataFrame, schema: TableSchema, raw: list[Any]) -> DataFrame
 
 
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
+    """Create bronze with column mapping by name: any source column name, spaces included, is valid."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, location):
-        spark.createDataFrame([], struct(schema)).write.format("delta").mode("ignore").save(location)
+        (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
+         .property("delta.columnMapping.mode", "name").execute())
 
 
 def replace_chunks(df: DataFrame, location: str, chunks: list[int]) -> None:

@@ -26,13 +26,14 @@ def struct(schema: TableSchema) -> T.StructType:
 
 
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
-    """Create silver with deletion vectors: a MERGE then marks the rows it replaces instead of
-    rewriting every file a batch of scattered keys touches."""
+    """Create silver with deletion vectors (a MERGE then marks the rows it replaces instead of
+    rewriting every file a batch of scattered keys touches) and column mapping by name (any source
+    column name, spaces included, is a valid column)."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(spark, location):
         (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
-         .property("delta.enableDeletionVectors", "true").execute())
+         .property("delta.enableDeletionVectors", "true").property("delta.columnMapping.mode", "name").execute())
 
 
 def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
@@ -64,7 +65,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]
     cond.append(newer["__s"] > latest["_seq"])
     source = latest.join(newer, cond, "left_anti")
-    cols = {c.name: f"s.{sql_name(c.name)}" for c in schema.columns}
+    cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
     cols.update({"_seq": "s._seq", "_ts": "s._ts"})
     on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in key)
     faults.point("mid_merge", schema.name)
