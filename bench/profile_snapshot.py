@@ -67,18 +67,22 @@ def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
         setattr(module, name, timed)
         patched.append((module, name, original))
 
-    wrap(bronze, "chunk_marks", "bronze.chunk_marks (Delta read: landed chunks, their HW and row count)")
-    wrap(bronze, "replace_chunks", "bronze.replace_chunks (reads the chunks from MariaDB + Delta write)")
-    wrap(silver, "apply", "silver.apply (MERGE into silver, anti-join on bronze)")
-    wrap(state, "record", "state.record (append to the split state)")
-    wrap(state, "add_planned", "state.add_planned (append planned splits)")
-    wrap(pipeline, "read_group", "read_group (the whole group)")
-    wrap(bronze, "ensure_table", "bronze.ensure_table (create if missing)")
-    wrap(silver, "ensure_table", "silver.ensure_table (create if missing)")
-    wrap(state, "ensure", "state.ensure (create if missing)")
-    wrap(state, "table_numbers", "state.table_numbers (Delta read)")
-    wrap(state, "last_splits", "state.last_splits (Delta read)")
-    wrap(state, "load", "state.load (Delta read)")
+    steps = [
+        (bronze, "chunk_marks", "Delta read: landed chunks, their HW and row count"),
+        (bronze, "replace_chunks", "reads the chunks from MariaDB + Delta write"),
+        (silver, "apply", "MERGE into silver, anti-join on bronze"),
+        (state, "record", "append to the split state"),
+        (state, "add_planned", "append planned splits"),
+        (pipeline, "read_group", "the whole group"),
+        (bronze, "ensure_table", "create if missing"),
+        (silver, "ensure_table", "create if missing"),
+        (state, "ensure", "create if missing"),
+        (state, "table_numbers", "Delta read"),
+        (state, "last_splits", "Delta read"),
+        (state, "load", "Delta read"),
+    ]
+    for module, name, what in steps:
+        wrap(module, name, f"{module.__name__.rsplit('.', 1)[-1]}.{name} ({what})")
 
     def undo() -> None:
         for module, name, original in patched:
