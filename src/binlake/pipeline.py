@@ -178,9 +178,10 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
         pending = [s for s in chosen if not s.landed]
         recovered = landed_in_bronze(ctx, schemas[table], pending)
         landed += recovered
+        recovered_ids = {s.index for s in recovered}
         by_group: dict[int, list[Split]] = {}
         for s in pending:
-            if s.index not in {r.index for r in recovered}:
+            if s.index not in recovered_ids:
                 by_group.setdefault(s.group, []).append(s)
         for group in sorted(by_group):
             read = read_group(ctx, schemas[table], by_group[group], ids)

@@ -28,12 +28,17 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
             init_command="SET time_zone = '+00:00'", **kw,
         )
     except pymysql.err.OperationalError as exc:
-        code = exc.args[0] if exc.args else "?"
-        raise RuntimeFailure(
-            f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
-            "check source.hostname, source.port, source.username and source.password"
-        ) from None
+        raise cannot_connect(params, exc) from None
     return conn
+
+
+def cannot_connect(params: dict[str, Any], exc: Exception) -> RuntimeFailure:
+    """One line naming the settings to check; the server's message (which may quote input) stays out."""
+    code = exc.args[0] if exc.args else "?"
+    return RuntimeFailure(
+        f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
+        "check source.hostname, source.port, source.username and source.password"
+    )
 
 
 def select_rows(params: dict[str, Any], sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
@@ -57,11 +62,7 @@ def select_rows(params: dict[str, Any], sql: str, args: list[Any]) -> list[tuple
             init_command="SET time_zone = '+00:00'",
         )
     except MySQLdb.OperationalError as exc:
-        code = exc.args[0] if exc.args else "?"
-        raise RuntimeFailure(
-            f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
-            "check source.hostname, source.port, source.username and source.password"
-        ) from None
+        raise cannot_connect(params, exc) from None
     try:
         cur = fast.cursor()
         cur.execute(sql, args)

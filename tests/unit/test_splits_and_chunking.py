@@ -51,3 +51,17 @@ def test_identifiers_are_quoted() -> None:
 def test_schema_round_trip() -> None:
     schema = TableSchema("d", "t", (Column("id", "int", "int(11)", False),), ("id",))
     assert TableSchema.from_dict(schema.to_dict()) == schema
+
+
+def test_newest_status_of_each_chunk_wins_whatever_the_row_order() -> None:
+    from binlake.offsets import BinlogPosition
+    from binlake.splits import newest
+
+    planned = [Split("d.t", 1, i, None if i == 0 else (str(i * 10),), None if i == 2 else (str(i * 10 + 10),))
+               for i in range(3)]
+    hw = BinlogPosition("mysql-bin.000001", 400)
+    rows = [planned[1].landed_at(hw, 5).applied().to_dict(), *(s.to_dict() for s in planned),
+            planned[0].landed_at(hw, 7).to_dict()]
+    got = newest(rows, 8)["d.t"]
+    assert [(s.index, s.status) for s in got] == [(0, "landed"), (1, "done"), (2, "planned")]
+    assert got[0].hw == hw and got[0].rows == 7
