@@ -14,6 +14,7 @@ is planned without holding its splits in memory and a crash resumes from the las
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -136,19 +137,29 @@ def plan_ranges(
         start = end
 
 
+def boundary_query(schema: TableSchema, start: Bound | None, chunk_size: int) -> tuple[str, list[Any]]:
+    """The uneven strategy's query for the end of the chunk starting at `start`: the key `chunk_size`
+    rows on, read along the chunk key's index (the expanded `lexicographic` predicate is a range on
+    it, so the server reads about `chunk_size` index entries, however few values the first column has)."""
+    key = schema.split_key
+    cols = [schema.column(k) for k in key]
+    select = ", ".join(quote(k) for k in key)
+    where, params = "TRUE", []
+    if start is not None:
+        where, params = lexicographic(key, ">="), lexicographic_params(decode_bound(cols, start))
+    return (f"SELECT {select} FROM {qualified(schema.database, schema.table)} WHERE {where} ORDER BY {select} "
+            "LIMIT 1 OFFSET %s", [*params, chunk_size])
+
+
 def _next_boundary(
     conn: pymysql.connections.Connection, schema: TableSchema, cols: list[Column], start: Bound | None, chunk_size: int
 ) -> Bound | None:
     key = schema.split_key
     select = ", ".join(quote(k) for k in key)
     table = qualified(schema.database, schema.table)
-    order = ", ".join(quote(k) for k in key)
-    where, params = "TRUE", []
-    if start is not None:
-        where, params = lexicographic(key, ">="), lexicographic_params(decode_bound(cols, start))
+    order = select
     with conn.cursor() as cur:
-        cur.execute(f"SELECT {select} FROM {table} WHERE {where} ORDER BY {order} LIMIT 1 OFFSET %s",
-                    [*params, chunk_size])
+        cur.execute(*boundary_query(schema, start, chunk_size))
         row = cur.fetchone()
         if row is None:
             return None
@@ -223,11 +234,32 @@ class PadSpaceWeight:
         return f"PadSpaceWeight({self.weight.hex()})"
 
 
+TEMPORAL_TYPES = {"date", "datetime", "timestamp", "time"}
+
+
+def temporal_sort_key(col: Column, value: Any) -> Any:
+    """A date/time key value in a form that orders as the server orders it, whichever side it came
+    from: a split bound decodes to text ('2024-01-01 00:00:00.000000'), the binlog gives a
+    datetime/date/timedelta. DATE, DATETIME and TIMESTAMP compare as their fixed-width encoded
+    text; TIME as signed microseconds (its text does not order: '-01:00:00' > '-00:30:00')."""
+    if col.data_type == "time":
+        if isinstance(value, dt.timedelta):
+            return value // dt.timedelta(microseconds=1)
+        text = str(value)
+        sign = -1 if text.startswith("-") else 1
+        hms, _, frac = text.lstrip("-").partition(".")
+        h, m, s = (int(x) for x in hms.split(":"))
+        return sign * (((h * 60 + m) * 60 + s) * 1_000_000 + int((frac or "0").ljust(6, "0")[:6]))
+    text = value if isinstance(value, str) else col.encode(value)
+    return (text or "").removesuffix("+00:00")
+
+
 class KeyOrder:
     """Orders chunk-key values the way the server does, so a binlog key finds its split.
 
-    Integer, decimal and temporal keys compare in Python exactly as in MySQL. String keys compare
-    by their collation's weight (`WEIGHT_STRING`), fetched from the server once per distinct value,
+    Integer and decimal keys compare in Python exactly as in MySQL; date/time keys by
+    `temporal_sort_key`, so a bound (text) and a binlog value (datetime, timedelta) compare. String
+    keys compare by their collation's weight (`WEIGHT_STRING`), fetched from the server once per distinct value,
     with the collation's trailing-space rule applied (`PadSpaceWeight`). BINARY(n) keys compare
     zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index.
     """
@@ -270,6 +302,8 @@ class KeyOrder:
                 out.append(self._weight(c.collation, v if isinstance(v, str) else str(v)))
             elif c.is_string and isinstance(v, str):
                 out.append(v.rstrip(" ").encode("utf-8"))
+            elif c.data_type in TEMPORAL_TYPES:
+                out.append(temporal_sort_key(c, v))
             elif c.is_binary:
                 # the binlog drops BINARY(n)'s trailing zero bytes, and gives an all-zero value as ''
                 b = v.encode("utf-8") if isinstance(v, str) else bytes(v)

@@ -49,3 +49,21 @@ def test_encoding_of_float_year_and_zero_timestamp() -> None:
     ts = Column("ts", "timestamp", "timestamp")
     assert ts.encode(dt.datetime(1970, 1, 1)) is None
     assert ts.encode(dt.datetime(1970, 1, 1, 0, 0, 1)) == "1970-01-01 00:00:01.000000+00:00"
+
+
+def test_date_and_time_keys_order_the_same_from_a_bound_and_from_the_binlog() -> None:
+    from binlake.chunking import KeyOrder
+    from binlake.schema import TableSchema
+
+    cols = (Column("d", "date", "date"), Column("t", "time", "time(6)", fraction=6),
+            Column("ts", "timestamp", "timestamp(6)", fraction=6), Column("dt", "datetime", "datetime(6)", fraction=6))
+    order = KeyOrder(TableSchema("db", "t", cols, ("d", "t", "ts", "dt")))
+    bound = ("0050-06-01", "-00:30:00.000000", "2024-01-01 00:00:00.000001+00:00", "2024-01-01 00:00:00.000000")
+    same = [dt.date(50, 6, 1), -dt.timedelta(minutes=30), dt.datetime(2024, 1, 1, 0, 0, 0, 1), dt.datetime(2024, 1, 1)]
+    assert order.bound_key(bound) == order.sort_key(same)
+    # TIME orders by value, not by text: -01:00:00 < -00:30:00 < 00:00:00 < 100:00:00
+    times = ["100:00:00", "-00:30:00.000000", "00:00:00", "-01:00:00"]
+    ranked = sorted(times, key=lambda t: order.sort_key([dt.date(2000, 1, 1), t, "x", "y"]))
+    assert ranked == ["-01:00:00", "-00:30:00.000000", "00:00:00", "100:00:00"]
+    assert order.sort_key([same[0], dt.timedelta(hours=-1), same[2], same[3]]) < order.bound_key(bound)
+    assert order.sort_key([dt.date(2024, 1, 1), dt.timedelta(0), same[2], same[3]]) > order.bound_key(bound)
