@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from binlake import faults
+from binlake.errors import RuntimeFailure
 from binlake.binlog_reader import read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
@@ -66,16 +67,15 @@ class Membership:
 
 
 def row_identity(schema: TableSchema, row: dict[str, Any]) -> tuple[Any, ...]:
-    """The buffer key of a row: its primary key, or every column when the table has none."""
+    """The buffer key of a row: its primary key, or every column when the table has none (a unique
+    chunk key makes identical rows impossible)."""
     cols = [schema.column(k) for k in schema.primary_key] if schema.primary_key else list(schema.columns)
     return tuple(c.encode(row.get(c.name)) for c in cols)
 
 
 def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[dict[str, str | None]]:
     """The chunk's rows as they are now, encoded: no watermarks (what `verify` compares against)."""
-    where, args = range_predicate(schema, split.start, split.end)
-    sql = f"SELECT {schema.select_list()} FROM {qualified(schema.database, schema.table)} WHERE {where}"
-    return [schema.encode_row(dict(zip(schema.names, values))) for values in select_rows(params, sql, args)]
+    return [schema.encode_row(dict(zip(schema.names, values))) for values in select_rows(params, *_chunk_query(schema, split))]
 
 
 def read_chunk(
@@ -86,6 +86,8 @@ def read_chunk(
     hooks: Hooks | None = None,
     is_mariadb: bool = True,
 ) -> ChunkResult:
+    if schema.multiset:
+        return read_multiset_chunk(params, schema, split, server_id, hooks, is_mariadb)
     hooks = hooks or Hooks()
     began = time.monotonic()
     conn = connect(params)
@@ -95,18 +97,11 @@ def read_chunk(
         faults.point("after_low_watermark", split.id)
         if hooks.after_low_watermark:
             hooks.after_low_watermark()
-        where, args = range_predicate(schema, split.start, split.end)
-        cols = schema.select_list()
         buffer: dict[tuple[Any, ...], dict[str, Any]] = {}
         names = schema.names
-        sql = f"SELECT {cols} FROM {qualified(schema.database, schema.table)} WHERE {where}"
-        for values in select_rows(params, sql, args):
+        for values in select_rows(params, *_chunk_query(schema, split)):
             row = dict(zip(names, values))
-            ident = row_identity(schema, row)
-            if not schema.primary_key and ident in buffer:
-                buffer[ident]["__count"] = buffer[ident].get("__count", 1) + 1
-            else:
-                buffer[ident] = row
+            buffer[row_identity(schema, row)] = row
         log.info("split %s: selected %d rows", split.id, len(buffer))
         if hooks.after_select:
             hooks.after_select()
@@ -118,32 +113,121 @@ def read_chunk(
         folded = 0
         if hw > lw:
             member = Membership(KeyOrder(schema, conn), split)
-            for change in read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
-                                       is_mariadb=is_mariadb):
+            for change in _changes(params, schema, server_id, lw, hw, is_mariadb):
                 for part in split_key_change(change, schema.key, operator.eq):
                     folded += 1
                     _fold(schema, buffer, member, part)
             log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
     finally:
         conn.close()
-    rows = []
-    for row in buffer.values():
-        encoded = schema.encode_row(row)
-        rows.extend([encoded] * int(row.get("__count", 1)))
+    rows = [schema.encode_row(row) for row in buffer.values()]
     return ChunkResult(split, lw, hw, rows, time.monotonic() - began, folded)
+
+
+def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
+    where, args = range_predicate(schema, split.start, split.end)
+    return f"SELECT {schema.select_list()} FROM {qualified(schema.database, schema.table)} WHERE {where}", args
+
+
+def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: BinlogPosition, hw: BinlogPosition,
+             is_mariadb: bool) -> Iterator[Any]:
+    return read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
+                        is_mariadb=is_mariadb)
+
+
+# chunk reads of a key-less table on a server without binlog_snapshot_position, before giving up
+MULTISET_ATTEMPTS = 20
+
+
+def read_multiset_chunk(
+    params: dict[str, Any],
+    schema: TableSchema,
+    split: Split,
+    server_id: int,
+    hooks: Hooks | None = None,
+    is_mariadb: bool = True,
+) -> ChunkResult:
+    """A chunk of a table whose rows have no identity but their values (no primary key, a chunk key
+    that may repeat), read as the exact state at one binlog position.
+
+    The fold cannot be used: identical rows are told apart only by their number, and replaying an
+    insert the SELECT already saw would count it twice. MariaDB reads the chunk inside
+    `START TRANSACTION WITH CONSISTENT SNAPSHOT`, whose binlog position (`binlog_snapshot_file`,
+    `binlog_snapshot_position`) is exactly the state the SELECT sees -- a lock-free MVCC read, the
+    one `mariadb-dump --single-transaction --master-data` relies on. That position is both LW and
+    HW. Elsewhere the chunk is read between LW and HW as usual and read again until no row event
+    of the table between them touches the chunk (its SELECT then is the state at HW).
+    """
+    hooks = hooks or Hooks()
+    began = time.monotonic()
+    conn = connect(params)
+    try:
+        if is_mariadb:
+            lw, values = _consistent_read(conn, schema, split, hooks)
+            hw = lw
+        else:
+            lw, hw, values = _quiet_read(params, conn, schema, split, server_id, hooks)
+    finally:
+        conn.close()
+    names = schema.names
+    rows = [schema.encode_row(dict(zip(names, v))) for v in values]
+    log.info("split %s: %d rows at %s", split.id, len(rows), hw)
+    return ChunkResult(split, lw, hw, rows, time.monotonic() - began)
+
+
+def _consistent_read(conn: Any, schema: TableSchema, split: Split, hooks: Hooks) -> tuple[BinlogPosition, list[Any]]:
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        try:
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            status = {k.lower(): v for k, v in cur.fetchall()}
+            at = BinlogPosition(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+            log.info("split %s: consistent snapshot at %s", split.id, at)
+            faults.point("after_low_watermark", split.id)
+            if hooks.after_low_watermark:
+                hooks.after_low_watermark()  # not seen by the SELECT: it reads the snapshot
+            cur.execute(*_chunk_query(schema, split))
+            values = list(cur.fetchall())
+            if hooks.after_select:
+                hooks.after_select()
+            if hooks.before_high_watermark:
+                hooks.before_high_watermark()
+        finally:
+            cur.execute("COMMIT")
+    return at, values
+
+
+def _quiet_read(params: dict[str, Any], conn: Any, schema: TableSchema, split: Split, server_id: int,
+                hooks: Hooks) -> tuple[BinlogPosition, BinlogPosition, list[Any]]:
+    member = Membership(KeyOrder(schema, conn), split)
+    for attempt in range(1, MULTISET_ATTEMPTS + 1):
+        lw = master_position(conn)
+        faults.point("after_low_watermark", split.id)
+        if hooks.after_low_watermark:
+            hooks.after_low_watermark()
+        values = select_rows(params, *_chunk_query(schema, split))
+        if hooks.after_select:
+            hooks.after_select()
+        if hooks.before_high_watermark:
+            hooks.before_high_watermark()
+        hw = master_position(conn)
+        if hw == lw or not any(
+            (c.before is not None and c.before in member) or (c.after is not None and c.after in member)
+            for c in _changes(params, schema, server_id, lw, hw, False)
+        ):
+            return lw, hw, values
+        log.info("split %s: rows of the chunk changed between %s and %s (attempt %d); reading it again",
+                 split.id, lw, hw, attempt)
+    raise RuntimeFailure(
+        f"chunk {split.id} of {schema.name} (no primary key, source.chunk-key not unique) changed during each of "
+        f"{MULTISET_ATTEMPTS} reads; binlake needs one read with no write to the chunk: lower snapshot.chunk-size, "
+        "add a primary key, or capture it when it is written less"
+    )
 
 
 def _fold(schema: TableSchema, buffer: dict[tuple[Any, ...], dict[str, Any]], member: Membership, change: Any) -> None:
     if change.before is not None and change.op in ("u", "d"):
-        ident = row_identity(schema, change.before)
-        if ident in buffer:
-            if not schema.primary_key and buffer[ident].get("__count", 1) > 1:
-                buffer[ident]["__count"] -= 1
-            else:
-                del buffer[ident]
+        buffer.pop(row_identity(schema, change.before), None)
     if change.after is not None and change.after in member:
-        ident = row_identity(schema, change.after)
-        if not schema.primary_key and ident in buffer:
-            buffer[ident]["__count"] = buffer[ident].get("__count", 1) + 1
-        else:
-            buffer[ident] = dict(change.after)
+        buffer[row_identity(schema, change.after)] = dict(change.after)

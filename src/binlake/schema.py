@@ -230,15 +230,28 @@ class TableSchema:
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
     chunk_key: tuple[str, ...] = field(default=())
+    chunk_key_unique: bool = False  # a UNIQUE index over NOT NULL columns lies within the chunk key
 
     @property
     def name(self) -> str:
         return f"{self.database}.{self.table}"
 
     @property
+    def multiset(self) -> bool:
+        """No primary key and a chunk key that may repeat: rows are identified by all their values,
+        and identical rows are counted (see `silver.apply_multiset`)."""
+        return not self.primary_key and not self.chunk_key_unique
+
+    @property
     def key(self) -> tuple[str, ...]:
-        """The columns that identify a row (chunk key when there is no primary key)."""
-        return self.primary_key or self.chunk_key
+        """The columns that identify a row: the primary key, else a unique chunk key, else every
+        column (a key-less table is a multiset of row images; an update is a delete of the old
+        image and an insert of the new one)."""
+        if self.primary_key:
+            return self.primary_key
+        if self.chunk_key_unique:
+            return self.chunk_key
+        return tuple(self.names)
 
     @property
     def split_key(self) -> tuple[str, ...]:
@@ -268,6 +281,7 @@ class TableSchema:
             "columns": [c.to_dict() for c in self.columns],
             "primary_key": list(self.primary_key),
             "chunk_key": list(self.chunk_key),
+            "chunk_key_unique": self.chunk_key_unique,
         }
 
     @classmethod
@@ -278,6 +292,7 @@ class TableSchema:
             tuple(Column.from_dict(c) for c in d["columns"]),
             tuple(d["primary_key"]),
             tuple(d.get("chunk_key", ())),
+            bool(d.get("chunk_key_unique", False)),
         )
 
 

@@ -19,10 +19,12 @@ from binlake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
 from binlake.schema import TableSchema
 
 SILVER_META = [T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("_ts", T.TimestampType())]
+# the ordinal of a row among identical rows of a key-less table (1..count)
+DUP = T.StructField("_dup", T.IntegerType())
 
 
 def struct(schema: TableSchema) -> T.StructType:
-    return T.StructType(column_types(schema) + SILVER_META)
+    return T.StructType(column_types(schema) + SILVER_META + ([DUP] if schema.multiset else []))
 
 
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
@@ -47,6 +49,9 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     smallest `_seq` among them, saves a pass over `changes` when the caller knows it."""
     from delta.tables import DeltaTable
 
+    if schema.multiset:
+        apply_multiset(spark, schema, changes, silver, bronze)
+        return
     key = list(schema.key)
     data = changes.where(F.col("_op").isin(*DATA_OPS))
     latest = latest_per_key(data, key)
@@ -75,5 +80,56 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
         .whenMatchedUpdate(condition="s._op <> 'd' AND s._seq > t._seq", set=cols)
         .whenNotMatchedInsert(condition="s._op <> 'd'", values=cols)
+        .execute()
+    )
+
+
+def apply_multiset(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str) -> None:
+    """Silver of a table whose rows are told apart only by their values (no primary key, a chunk key
+    that may repeat): one silver row per source row, identical rows numbered 1..n in `_dup`.
+
+    How many rows hold an image is recomputed from bronze for every image these changes touch:
+    the snapshot rows of its chunk (its state at the chunk's HW) plus the binlog inserts minus the
+    binlog deletes after that HW -- exactly what the handover lets into bronze, each once. A
+    recount, not a running sum, so applying the same changes twice changes nothing. Updates arrive
+    as a delete of the old image and an insert of the new one (`schema.key` is every column).
+    The MERGE then keeps rows 1..n of each touched image, inserts the missing ones and deletes the
+    rest, in one commit.
+    """
+    from delta.tables import DeltaTable
+
+    names = [sql_name(c) for c in schema.names]
+    touched = (changes.where(F.col("_op").isin(*DATA_OPS))
+               .select(*[F.col(n).alias(f"__k{i}") for i, n in enumerate(names)]).distinct())
+
+    def of_touched(df: DataFrame) -> DataFrame:
+        return df.join(touched, [df[n].eqNullSafe(touched[f"__k{i}"]) for i, n in enumerate(names)], "left_semi")
+
+    log = spark.read.format("delta").load(bronze).where(F.col("_op").isin("r", "c", "d"))
+    counted = of_touched(log).groupBy(*names).agg(
+        F.sum(F.when(F.col("_op") == "d", -1).otherwise(1)).alias("__n"),
+        F.max("_seq").alias("_seq"), F.max("_ts").alias("_ts"))
+    held = of_touched(spark.read.format("delta").load(silver)).groupBy(
+        *[F.col(n).alias(f"__h{i}") for i, n in enumerate(names)]).agg(F.count("*").alias("__o"))
+    cond = [counted[n].eqNullSafe(held[f"__h{i}"]) for i, n in enumerate(names)]
+    source = (
+        counted.join(held, cond, "left")
+        .withColumn("__n", F.greatest(F.col("__n"), F.lit(0)))
+        .withColumn("__m", F.greatest(F.col("__n"), F.coalesce(F.col("__o"), F.lit(0))))
+        .where("__m > 0")
+        .withColumn("_dup", F.explode(F.sequence(F.lit(1), F.col("__m").cast("int"))))
+        .withColumn("__keep", F.col("_dup") <= F.col("__n"))
+        .select(*names, "_dup", "_seq", "_ts", "__keep")
+    )
+    cols = {n: f"s.{n}" for n in names}
+    cols.update({"_seq": "s._seq", "_ts": "s._ts", "_dup": "s._dup"})
+    on = " AND ".join([f"t.{n} <=> s.{n}" for n in names] + ["t._dup = s._dup"])
+    faults.point("mid_merge", schema.name)
+    (
+        DeltaTable.forPath(spark, silver).alias("t")
+        .merge(source.alias("s"), on)
+        .whenMatchedDelete(condition="NOT s.__keep")
+        .whenMatchedUpdate(condition="s.__keep AND NOT (t._seq <=> s._seq)", set={"_seq": "s._seq", "_ts": "s._ts"})
+        .whenNotMatchedInsert(condition="s.__keep", values=cols)
         .execute()
     )

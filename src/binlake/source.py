@@ -138,6 +138,14 @@ def load_schema(
             (database, table),
         )
         pk = tuple(r["COLUMN_NAME"] for r in cur.fetchall())
+        cur.execute(
+            "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND NON_UNIQUE = 0",
+            (database, table),
+        )
+        unique: dict[str, set[str]] = {}
+        for r in cur.fetchall():
+            unique.setdefault(r["INDEX_NAME"], set()).add(r["COLUMN_NAME"])
     name = f"{database}.{table}"
     configured = tuple((chunk_keys or {}).get(name, ()))
     names = {c.name for c in cols}
@@ -157,4 +165,8 @@ def load_schema(
             f"table {name} has no primary key; binlake needs a chunk key: set source.chunk-key "
             f"{{'{name}': [NOT NULL columns]}} or add a primary key"
         )
-    return TableSchema(database, table, cols, pk, configured)
+    # the chunk key identifies a row if a UNIQUE index over NOT NULL columns lies within it (a UNIQUE
+    # index admits any number of rows with a NULL in it)
+    nullable = {c.name for c in cols if c.nullable}
+    key_unique = any(idx <= set(configured) and not idx & nullable for idx in unique.values())
+    return TableSchema(database, table, cols, pk, configured, bool(configured) and key_unique)

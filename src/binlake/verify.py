@@ -44,10 +44,11 @@ def verify(cfg: Config) -> dict[str, Any]:
         sil = spark.read.format("delta").load(ctx.target.silver(name).location)
         names = schema.names
         digest = F.xxhash64(*[F.col(bronze.sql_name(c)) for c in names]).cast("decimal(38,0)")
-        key = [bronze.sql_name(k) for k in schema.key]
+        # silver rows find their chunk by the chunk key (one chunk per value, however many rows share it)
+        key = [bronze.sql_name(k) for k in schema.split_key]
         src_sum = {r["_chunk"]: (r["n"], r["h"]) for r in
                    src.groupBy("_chunk").agg(F.count("*").alias("n"), F.sum(digest).alias("h")).collect()}
-        placed = sil.join(src.select(*key, "_chunk"), list(schema.key), "left")
+        placed = sil.join(src.select(*key, "_chunk").distinct(), list(schema.split_key), "left")
         sil_rows = placed.groupBy("_chunk").agg(F.count("*").alias("n"), F.sum(digest).alias("h")).collect()
         sil_sum = {r["_chunk"]: (r["n"], r["h"]) for r in sil_rows}
         differing = {c for c in set(src_sum) | set(sil_sum) if c is not None and src_sum.get(c) != sil_sum.get(c)}
@@ -58,7 +59,7 @@ def verify(cfg: Config) -> dict[str, Any]:
                 members = [(s.index, Membership(order, s)) for s in splits]
                 for r in placed.where(F.col("_chunk").isNull()).select(*key).limit(10000).collect():
                     row = r.asDict()
-                    raw_key = {k: _from_spark(schema, k, row[k]) for k in schema.key}
+                    raw_key = {k: _from_spark(schema, k, row[k]) for k in schema.split_key}
                     differing |= {i for i, m in members if raw_key in m}
             finally:
                 conn.close()
