@@ -46,3 +46,16 @@ def test_progress_is_silent_when_not_a_terminal(monkeypatch: pytest.MonkeyPatch)
     p.update("d.t", 1, 5)
     p.finish()
     assert out.getvalue() == ""
+
+
+def test_databricks_pipeline_refuses_a_table_without_a_unique_key() -> None:
+    from binlake.databricks.pipeline_source import _define_table
+    from binlake.schema import Column, TableSchema
+
+    cols = (Column("g", "int", "int(11)", False), Column("v", "int", "int(11)"))
+    keyless = TableSchema("d", "t", cols, (), ("g",), chunk_key_unique=False)
+    assert keyless.multiset and keyless.key == ("g", "v")
+    with pytest.raises(ConfigError, match=r"source.chunk-key for d.t is not unique"):
+        _define_table(None, None, None, "d.t", keyless, 1)  # type: ignore[arg-type]
+    unique = TableSchema("d", "t", cols, (), ("g",), chunk_key_unique=True)
+    assert not unique.multiset and unique.key == ("g",)
