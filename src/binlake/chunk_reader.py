@@ -75,7 +75,8 @@ def row_identity(schema: TableSchema, row: dict[str, Any]) -> tuple[Any, ...]:
 
 def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[dict[str, str | None]]:
     """The chunk's rows as they are now, encoded: no watermarks (what `verify` compares against)."""
-    return [schema.encode_row(dict(zip(schema.names, values))) for values in select_rows(params, *_chunk_query(schema, split))]
+    names = schema.names
+    return [schema.encode_row(dict(zip(names, v))) for v in select_rows(params, *_chunk_query(schema, split))]
 
 
 def read_chunk(
@@ -126,11 +127,12 @@ def read_chunk(
 
 def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
     where, args = range_predicate(schema, split.start, split.end)
-    return f"SELECT {schema.select_list()} FROM {qualified(schema.database, schema.table)} WHERE {where}", args
+    table = qualified(schema.database, schema.table)
+    return f"SELECT {schema.select_list()} FROM {table} WHERE {where}", args
 
 
-def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: BinlogPosition, hw: BinlogPosition,
-             is_mariadb: bool) -> Iterator[Any]:
+def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: BinlogPosition,
+             hw: BinlogPosition, is_mariadb: bool) -> Iterator[Any]:
     return read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
                         is_mariadb=is_mariadb)
 
@@ -175,7 +177,8 @@ def read_multiset_chunk(
     return ChunkResult(split, lw, hw, rows, time.monotonic() - began)
 
 
-def _consistent_read(conn: Any, schema: TableSchema, split: Split, hooks: Hooks) -> tuple[BinlogPosition, list[Any]]:
+def _consistent_read(conn: Any, schema: TableSchema, split: Split,
+                     hooks: Hooks) -> tuple[BinlogPosition, list[Any]]:
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -220,9 +223,9 @@ def _quiet_read(params: dict[str, Any], conn: Any, schema: TableSchema, split: S
         log.info("split %s: rows of the chunk changed between %s and %s (attempt %d); reading it again",
                  split.id, lw, hw, attempt)
     raise RuntimeFailure(
-        f"chunk {split.id} of {schema.name} (no primary key, source.chunk-key not unique) changed during each of "
-        f"{MULTISET_ATTEMPTS} reads; binlake needs one read with no write to the chunk: lower snapshot.chunk-size, "
-        "add a primary key, or capture it when it is written less"
+        f"chunk {split.id} of {schema.name} (no primary key, source.chunk-key not unique) changed during "
+        f"each of {MULTISET_ATTEMPTS} reads; binlake needs one read with no write to the chunk: lower "
+        "snapshot.chunk-size, add a primary key, or capture it when it is written less"
     )
 
 

@@ -147,8 +147,9 @@ def boundary_query(schema: TableSchema, start: Bound | None, chunk_size: int) ->
     where, params = "TRUE", []
     if start is not None:
         where, params = lexicographic(key, ">="), lexicographic_params(decode_bound(cols, start))
-    return (f"SELECT {select} FROM {qualified(schema.database, schema.table)} WHERE {where} ORDER BY {select} "
-            "LIMIT 1 OFFSET %s", [*params, chunk_size])
+    table = qualified(schema.database, schema.table)
+    sql = f"SELECT {select} FROM {table} WHERE {where} ORDER BY {select} LIMIT 1 OFFSET %s"
+    return sql, [*params, chunk_size]
 
 
 def _next_boundary(
@@ -259,9 +260,9 @@ class KeyOrder:
 
     Integer and decimal keys compare in Python exactly as in MySQL; date/time keys by
     `temporal_sort_key`, so a bound (text) and a binlog value (datetime, timedelta) compare. String
-    keys compare by their collation's weight (`WEIGHT_STRING`), fetched from the server once per distinct value,
-    with the collation's trailing-space rule applied (`PadSpaceWeight`). BINARY(n) keys compare
-    zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index.
+    keys compare by their collation's weight (`WEIGHT_STRING`), fetched from the server once per
+    distinct value, with the collation's trailing-space rule applied (`PadSpaceWeight`). BINARY(n)
+    keys compare zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index.
     """
 
     def __init__(self, schema: TableSchema, conn: pymysql.connections.Connection | None = None) -> None:

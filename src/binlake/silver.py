@@ -84,7 +84,8 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     )
 
 
-def apply_multiset(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str) -> None:
+def apply_multiset(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str,
+                   bronze: str) -> None:
     """Silver of a table whose rows are told apart only by their values (no primary key, a chunk key
     that may repeat): one silver row per source row, identical rows numbered 1..n in `_dup`.
 
@@ -103,7 +104,8 @@ def apply_multiset(spark: SparkSession, schema: TableSchema, changes: DataFrame,
                .select(*[F.col(n).alias(f"__k{i}") for i, n in enumerate(names)]).distinct())
 
     def of_touched(df: DataFrame) -> DataFrame:
-        return df.join(touched, [df[n].eqNullSafe(touched[f"__k{i}"]) for i, n in enumerate(names)], "left_semi")
+        same = [df[n].eqNullSafe(touched[f"__k{i}"]) for i, n in enumerate(names)]
+        return df.join(touched, same, "left_semi")
 
     log = spark.read.format("delta").load(bronze).where(F.col("_op").isin("r", "c", "d"))
     counted = of_touched(log).groupBy(*names).agg(
@@ -129,7 +131,8 @@ def apply_multiset(spark: SparkSession, schema: TableSchema, changes: DataFrame,
         DeltaTable.forPath(spark, silver).alias("t")
         .merge(source.alias("s"), on)
         .whenMatchedDelete(condition="NOT s.__keep")
-        .whenMatchedUpdate(condition="s.__keep AND NOT (t._seq <=> s._seq)", set={"_seq": "s._seq", "_ts": "s._ts"})
+        .whenMatchedUpdate(condition="s.__keep AND NOT (t._seq <=> s._seq)",
+                           set={"_seq": "s._seq", "_ts": "s._ts"})
         .whenNotMatchedInsert(condition="s.__keep", values=cols)
         .execute()
     )

@@ -121,8 +121,8 @@ def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableS
         # AUTO CDC keeps one row per key; keyed by every column, identical source rows would collapse
         raise ConfigError(
             f"source.chunk-key for {name} is not unique (no UNIQUE index over NOT NULL columns within it); "
-            "the Databricks pipeline needs a unique key to apply changes: set source.chunk-key to the columns of "
-            "a UNIQUE NOT NULL index, add a primary key, or capture this table with binlake run"
+            "the Databricks pipeline needs a unique key to apply changes: set source.chunk-key to the "
+            "columns of a UNIQUE NOT NULL index, add a primary key, or capture this table with binlake run"
         )
     view = dataset_name(target, "changes", name)
     snapshot_location = target.bronze(name).location
