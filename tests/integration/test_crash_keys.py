@@ -76,9 +76,9 @@ def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev
                     "CHARACTER SET utf8mb4")
         cur.execute("CREATE TABLE c (a TINYINT NOT NULL, b VARCHAR(24) COLLATE utf8mb4_unicode_ci NOT NULL, "
                     "d DATE NOT NULL, v INT, PRIMARY KEY (a, b, d)) CHARACTER SET utf8mb4")
-        cur.executemany("INSERT IGNORE INTO s VALUES (%s, %s)", [(word(rnd), i) for i in range(3000)])
+        cur.executemany("INSERT IGNORE INTO s VALUES (%s, %s)", [(word(rnd), i) for i in range(1500)])
         cur.executemany("INSERT IGNORE INTO c VALUES (%s, %s, %s, %s)",
-                        [(rnd.randrange(3), word(rnd), f"2024-02-{rnd.randint(1, 28):02d}", i) for i in range(3000)])
+                        [(rnd.randrange(3), word(rnd), f"2024-02-{rnd.randint(1, 28):02d}", i) for i in range(1500)])
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.(s|c)"], tmp_path / "lake", "6170-6174",
                             chunk_size=100, group_size=8)
     with Writers(port, database) as writers:
@@ -101,7 +101,7 @@ def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev
     for table, cols in (("s", "k, v"), ("c", "a, b, d, v")):
         name = f"{database}.{table}"
         splits = all_splits[name]
-        assert [s.index for s in splits] == list(range(len(splits))) and len(splits) >= 25
+        assert [s.index for s in splits] == list(range(len(splits))) and len(splits) >= 10, len(splits)
         assert splits[0].start is None and splits[-1].end is None
         assert all(a.end == b.start for a, b in zip(splits, splits[1:])), f"{name}: the plan has a gap or overlap"
         assert all(s.status == "done" for s in splits)
