@@ -120,7 +120,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
             index = 0 if tail is None else tail.index + 1
             if tail is not None:
                 log.info("planning %s resumes at chunk %d, after the %d chunks stored", name, index, index)
-            began = time.monotonic()
+            began, reading = time.monotonic(), 0.0
             from binlake.chunking import plan_ranges
 
             batch: list[Split] = []
@@ -133,9 +133,12 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
                     faults.point("mid_plan", name)
                     batch = []
                     if on_batch is not None:
+                        t = time.monotonic()
                         on_batch(name)
+                        reading += time.monotonic() - t
             state.add_planned(spark, ctx.target.split_state, batch)
-            log.info("planned %s: %d splits in %.1fs", name, index, time.monotonic() - began)
+            log.info("planned %s: %d splits in %.1fs (and %.1fs reading chunks meanwhile)", name, index,
+                     time.monotonic() - began - reading, reading)
             if on_batch is not None:
                 on_batch(name)
     finally:

@@ -29,7 +29,7 @@ def test_planning_interleaves_with_reading_and_resumes_after_kill(dev_db, databa
     read by then (reading started before planning ended); the restart plans on from the first chunk
     not stored, and every chunk has exactly one planned row, with bounds that chain."""
     port = dev_db.running_port()
-    rows = 3000
+    rows = 1600
     create_table(port, database, rows)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
     cfg = load(cfg_path)
