@@ -130,7 +130,7 @@ def read_changes(
             if event is None:
                 return
             end = int(event.packet.log_pos)
-            size = int(event.event_size)
+            size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
             file = stream.log_file
             if isinstance(event, RotateEvent):
                 continue
