@@ -45,7 +45,7 @@ def test_multi_megabyte_blobs_and_texts_through_snapshot_and_binlog(dev_db, data
     with _writer(port, database) as conn, conn.cursor() as cur:
         cur.execute("INSERT INTO w VALUES (%s, %s, %s, 'ins')", (4, os.urandom(16 * MB), _text(20 * MB, "four")))
         cur.execute("UPDATE w SET b = %s, note = 'upd' WHERE id = 2", (os.urandom(14 * MB),))
-        # both row images of this event are wide: about 2 x 30 MB in one binlog event
+        # both row images of this event are wide: about 2 x 27 MB in one binlog event
         cur.execute("UPDATE w SET t = %s, note = 'upd' WHERE id = 1", (_text(18 * MB, "uno"),))
     run_once(cfg_path)
 
