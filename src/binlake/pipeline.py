@@ -121,6 +121,10 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
             if tail is not None:
                 log.info("planning %s resumes at chunk %d, after the %d chunks stored", name, index, index)
             began, reading = time.monotonic(), 0.0
+            # Reads interleave only over the rows the table had when planning began: past them,
+            # rows inserted meanwhile would have planning chase them at reading speed forever;
+            # planned at query speed instead, they end in the open last split, cut again when read.
+            interleave_until = table_rows(conn, schema, cfg.chunk_size)
             from binlake.chunking import plan_ranges
 
             batch: list[Split] = []
@@ -132,7 +136,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
                     state.add_planned(spark, ctx.target.split_state, batch)
                     faults.point("mid_plan", name)
                     batch = []
-                    if on_batch is not None:
+                    if on_batch is not None and index * cfg.chunk_size <= interleave_until:
                         t = time.monotonic()
                         on_batch(name)
                         reading += time.monotonic() - t
@@ -143,6 +147,20 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
                 on_batch(name)
     finally:
         conn.close()
+
+
+def table_rows(conn: Any, schema: TableSchema, chunk_size: int) -> int:
+    """The table's row count: the server's estimate, counted when that is small (cheap then)."""
+    from binlake.schema import qualified
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (schema.database, schema.table))
+        approx = int((cur.fetchone() or [0])[0] or 0)
+        if approx < 10 * chunk_size:
+            cur.execute(f"SELECT COUNT(*) FROM {qualified(schema.database, schema.table)}")
+            approx = int(cur.fetchone()[0])
+    return approx
 
 
 def group_ids(cfg: Config, ctx: Context | None = None) -> list[int]:
