@@ -109,6 +109,12 @@ def read_changes(
                 event = stream.fetchone()
             except Exception as exc:  # the library raises pymysql errors with the server's text
                 text = str(exc)
+                if "max_allowed_packet" in text:
+                    raise RuntimeFailure(
+                        f"a binlog event after {start} is larger than the server's max_allowed_packet; binlake "
+                        "needs the whole event: SET GLOBAL max_allowed_packet=1073741824 (and in the server "
+                        "config), then run again"
+                    ) from None
                 if "1236" in text or "Could not find first log file" in text or "purged" in text:
                     raise PositionGoneError(
                         f"binlog position {start} is no longer on the server (purged); binlake needs it to "
@@ -124,7 +130,7 @@ def read_changes(
             if event is None:
                 return
             end = int(event.packet.log_pos)
-            size = int(event.event_size)
+            size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
             file = stream.log_file
             if isinstance(event, RotateEvent):
                 continue

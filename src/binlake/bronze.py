@@ -23,6 +23,7 @@ CHANGE_META = (
     "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT"
 )
 CHANGES = CHANGE_META + ", _row STRING"
+JSON_OPTIONS = {"mode": "FAILFAST", "maxStringLen": str(2**31 - 1)}
 
 
 def flat_changes(schema: TableSchema) -> str:
@@ -73,7 +74,9 @@ def struct(schema: TableSchema) -> T.StructType:
 def typed(changes: DataFrame, schema: TableSchema) -> DataFrame:
     """Generic change rows (`CHANGES`) of one table -> the bronze columns."""
     payload = T.StructType([T.StructField(c.name, T.StringType()) for c in schema.columns])
-    parsed = changes.withColumn("__r", F.from_json("_row", payload))
+    # Jackson refuses strings over 20 M characters (a 15 MB BLOB in base64) and from_json would
+    # quietly give NULLs; FAILFAST turns any malformed row into an error instead of a NULL row
+    parsed = changes.withColumn("__r", F.from_json("_row", payload, JSON_OPTIONS))
     return _typed(parsed, schema, [F.col("__r").getField(c.name) for c in schema.columns])
 
 

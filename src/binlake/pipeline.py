@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 PLAN_BATCH = int(os.environ.get("BINLAKE_PLAN_BATCH", "500"))
 # snapshot rows applied to silver per MERGE (landed chunks are gathered up to this many rows)
 SILVER_BATCH_ROWS = int(os.environ.get("BINLAKE_SILVER_BATCH_ROWS", "1000000"))
+# groups whose splits the snapshot loads from the split state at once
+GROUP_WINDOW = 64
 
 
 @dataclass
@@ -90,14 +93,20 @@ class Context:
         return [ids.pick(1 + i) for i in range(min(n, len(ids) - 1))]
 
 
-def plan(cfg: Config, ctx: Context | None = None) -> None:
-    """Plan every captured table into the split state, resuming a half-planned table."""
+def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None] | None = None) -> None:
+    """Plan every captured table into the split state, resuming a half-planned table.
+
+    Splits are stored in batches of whole groups (about PLAN_BATCH splits), so planning holds one
+    batch in memory and a crash resumes after the last stored batch. `on_batch(table)` runs after
+    each stored batch: `run` reads the batch's groups there, while the rest is still to be planned.
+    """
     ctx = ctx or Context(cfg)
     spark = ctx.session()
     state = split_state
     state.ensure(spark, ctx.target.split_state)
     numbers = state.table_numbers(spark, ctx.target.split_state)
     last = state.last_splits(spark, ctx.target.split_state)
+    group_size = int(cfg.get("snapshot.group-size"))
     conn = connect(ctx.params)
     try:
         for name, schema in ctx.schemas().items():
@@ -109,28 +118,56 @@ def plan(cfg: Config, ctx: Context | None = None) -> None:
             table_no = numbers.get(name, max(numbers.values(), default=0) + 1)
             numbers[name] = table_no
             index = 0 if tail is None else tail.index + 1
-            began = time.monotonic()
+            if tail is not None:
+                log.info("planning %s resumes at chunk %d, after the %d chunks stored", name, index, index)
+            began, reading = time.monotonic(), 0.0
+            # Reads interleave only over the rows the table had when planning began: past them,
+            # rows inserted meanwhile would have planning chase them at reading speed forever;
+            # planned at query speed instead, they end in the open last split, cut again when read.
+            interleave_until = table_rows(conn, schema, cfg.chunk_size)
             from binlake.chunking import plan_ranges
 
             batch: list[Split] = []
             for start, end in plan_ranges(conn, schema, cfg.chunk_size, None if tail is None else tail.end):
-                batch.append(Split(name, table_no, index, start, end, cfg.get("snapshot.group-size")))
+                batch.append(Split(name, table_no, index, start, end, group_size))
                 index += 1
-                if len(batch) >= PLAN_BATCH:
+                # a batch ends on a group boundary, so every group it holds is complete and readable
+                if len(batch) >= PLAN_BATCH and index % group_size == 0:
                     state.add_planned(spark, ctx.target.split_state, batch)
                     faults.point("mid_plan", name)
                     batch = []
+                    if on_batch is not None and index * cfg.chunk_size <= interleave_until:
+                        t = time.monotonic()
+                        on_batch(name)
+                        reading += time.monotonic() - t
             state.add_planned(spark, ctx.target.split_state, batch)
-            log.info("planned %s: %d splits in %.1fs", name, index, time.monotonic() - began)
+            log.info("planned %s: %d splits in %.1fs (and %.1fs reading chunks meanwhile)", name, index,
+                     time.monotonic() - began - reading, reading)
+            if on_batch is not None:
+                on_batch(name)
     finally:
         conn.close()
+
+
+def table_rows(conn: Any, schema: TableSchema, chunk_size: int) -> int:
+    """The table's row count: the server's estimate, counted when that is small (cheap then)."""
+    from binlake.schema import qualified
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                    (schema.database, schema.table))
+        approx = int((cur.fetchone() or [0])[0] or 0)
+        if approx < 10 * chunk_size:
+            cur.execute(f"SELECT COUNT(*) FROM {qualified(schema.database, schema.table)}")
+            approx = int(cur.fetchone()[0])
+    return approx
 
 
 def group_ids(cfg: Config, ctx: Context | None = None) -> list[int]:
     """The ids of the groups that still have unfinished chunks (what the fan-out iterates over)."""
     ctx = ctx or Context(cfg)
-    splits = split_state.load(ctx.session(), ctx.target.split_state, cfg.get("snapshot.group-size"))
-    return sorted({s.group for ss in splits.values() for s in ss if not s.landed})
+    found = split_state.open_groups(ctx.session(), ctx.target.split_state, "landed")
+    return sorted(g for gs in found.values() for g in gs)
 
 
 class Progress:
@@ -147,8 +184,8 @@ class Progress:
         self.rows[table] = self.rows.get(table, 0) + rows
         if self.tty:
             rate = self.rows[table] / max(time.monotonic() - self.began, 1e-6)
-            sys.stderr.write(f"\r{table}: chunks {self.done[table]}/{self.totals[table]}, rows {self.rows[table]:,},"
-                             f" {rate:,.0f} rows/s   ")
+            sys.stderr.write(f"\r{table}: chunks {self.done[table]}/{self.totals.get(table, '?')}, "
+                             f"rows {self.rows[table]:,}, {rate:,.0f} rows/s   ")
             sys.stderr.flush()
 
     def finish(self) -> None:
@@ -160,39 +197,112 @@ class Progress:
             sys.stderr.write("\r" + line + " " * 20 + "\n")
 
 
-def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None, apply_silver: bool = True) -> None:
+def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None, apply_silver: bool = True,
+             tables: list[str] | None = None) -> None:
     """Read every unfinished chunk (of `groups`, or all) into bronze, group by group, then apply the
-    landed chunks to silver (locally; on Databricks the pipeline's AUTO CDC does that)."""
+    landed chunks to silver (locally; on Databricks the pipeline's AUTO CDC does that).
+
+    Splits are loaded GROUP_WINDOW groups at a time: the driver never holds a huge table's splits.
+    """
     ctx = ctx or Context(cfg)
     spark = ctx.session()
-    all_splits = split_state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
     schemas = ctx.schemas()
-    totals = {t: len(ss) for t, ss in all_splits.items()}
-    progress = Progress(totals, {t: sum(1 for s in ss if s.landed) for t, ss in all_splits.items()})
+    names = [t for t in (tables or list(schemas)) if t in schemas]
+    path = ctx.target.split_state
+    unfinished = split_state.open_groups(spark, path, "done" if apply_silver else "landed", names)
+    counts = split_state.chunk_counts(spark, path, names)
+    progress = Progress({t: n for t, (n, _) in counts.items()}, {t: d for t, (_, d) in counts.items()})
     ids = ctx.reader_ids()
-    for table, splits in all_splits.items():
-        if table not in schemas:
-            continue
-        chosen = [s for s in splits if groups is None or s.group in groups]
-        landed = [s for s in chosen if s.status == "landed"]
-        pending = [s for s in chosen if not s.landed]
-        recovered = landed_in_bronze(ctx, schemas[table], pending)
-        landed += recovered
-        recovered_ids = {s.index for s in recovered}
-        by_group: dict[int, list[Split]] = {}
-        for s in pending:
-            if s.index not in recovered_ids:
-                by_group.setdefault(s.group, []).append(s)
-        for group in sorted(by_group):
-            read = read_group(ctx, schemas[table], by_group[group], ids)
-            landed += read
-            progress.update(table, len(read), sum(s.rows or 0 for s in read))
-            if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
-                apply_to_silver(ctx, schemas[table], landed)
-                landed = []
+    group_size = int(cfg.get("snapshot.group-size"))
+    for table, table_groups in unfinished.items():
+        chosen = [g for g in table_groups if groups is None or g in groups]
+        schema = schemas[table]
+        landed: list[Split] = []
+        for at in range(0, len(chosen), GROUP_WINDOW):
+            window = split_state.load(spark, path, group_size, [table], chosen[at:at + GROUP_WINDOW]).get(table, [])
+            landed += [s for s in window if s.status == "landed"]
+            pending = [s for s in window if not s.landed]
+            recovered = landed_in_bronze(ctx, schema, pending)
+            landed += recovered
+            recovered_ids = {s.index for s in recovered}
+            by_group: dict[int, list[Split]] = {}
+            for s in pending:
+                if s.index not in recovered_ids:
+                    by_group.setdefault(s.group, []).append(s)
+            for group in sorted(by_group):
+                todo = by_group[group]
+                if todo[-1].is_last:
+                    read = read_tail(ctx, schema, todo, ids, progress)
+                else:
+                    read = read_group(ctx, schema, todo, ids)
+                    progress.update(table, len(read), sum(s.rows or 0 for s in read))
+                landed += read
+                if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
+                    apply_to_silver(ctx, schema, landed)
+                    landed = []
         if apply_silver:
-            apply_to_silver(ctx, schemas[table], landed)
+            apply_to_silver(ctx, schema, landed)
     progress.finish()
+
+
+def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int], progress: Progress) -> list[Split]:
+    """Read a group ending with the open last split `[start, +inf)`, which grows while the snapshot
+    runs when rows are inserted past the maximum key.
+
+    Before it is read, the open split is cut again at chunk-size (`cut_tail`): it keeps its index
+    with a bound end, new splits follow, the last of them open and holding at most chunk-size rows
+    at that moment. The pieces are stored, the group holding the new open split is read at once --
+    so it grows only by what is inserted during one group's read -- and then the other pieces, group
+    by group. No read holds more than about a chunk, however far the table grew, and a table that
+    keeps growing still ends its snapshot (the rows inserted after the open split's high watermark
+    come through the binlog). Whoever reads the last split reads every piece (on Databricks, the
+    task of the last group).
+    """
+    todo = splits
+    later: list[list[Split]] = []
+    while True:
+        pieces, small = cut_tail(ctx, schema, todo[-1])
+        if not pieces:
+            break
+        split_state.add_recut(ctx.session(), ctx.target.split_state, pieces)
+        log.info("%s: the open last chunk %d holds more than %d rows; cut into chunks %d..%d",
+                 schema.name, pieces[0].index, ctx.cfg.chunk_size, pieces[0].index, pieces[-1].index)
+        by_group: dict[int, list[Split]] = {}
+        for s in todo[:-1] + pieces:
+            by_group.setdefault(s.group, []).append(s)
+        later += [by_group[g] for g in sorted(by_group)[:-1]]
+        todo = by_group[max(by_group)]
+        if small:
+            break
+    landed: list[Split] = []
+    for group in [todo, *later]:
+        read = read_group(ctx, schema, group, ids)
+        progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
+        landed += read
+    return landed
+
+
+def cut_tail(ctx: Context, schema: TableSchema, last: Split) -> tuple[list[Split], bool]:
+    """The open last split cut again at chunk-size, as it is now: no pieces when it holds at most
+    chunk-size rows; else at most PLAN_BATCH pieces, the first with the split's index, the last open,
+    and whether that last one holds at most chunk-size rows (False: cut it again)."""
+    from binlake.chunking import plan_ranges
+
+    most = max(PLAN_BATCH, 2)
+    conn = connect(ctx.params)
+    try:
+        pieces: list[Split] = []
+        for start, end in plan_ranges(conn, schema, ctx.cfg.chunk_size, last.start):
+            if end is None and not pieces:
+                return [], True  # small enough to read as it is
+            is_open = end is None or len(pieces) + 1 == most
+            pieces.append(Split(last.table, last.table_no, last.index + len(pieces), start,
+                                None if is_open else end, last.group_size))
+            if is_open:
+                return pieces, end is None
+    finally:
+        conn.close()
+    return pieces, True
 
 
 def landed_in_bronze(ctx: Context, schema: TableSchema, splits: list[Split]) -> list[Split]:
@@ -248,8 +358,11 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
 
 
 def run(cfg: Config, until_caught_up: bool = False) -> None:
+    """Plan, snapshot and stream. Planning and reading interleave: each batch of planned groups is
+    read while the rest of the table is still to be planned; the final snapshot picks up whatever a
+    crash left unread (planned, or landed and not yet in silver)."""
     ctx = Context(cfg)
-    plan(cfg, ctx)
+    plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
     snapshot(cfg, None, ctx)
     stream(cfg, until_caught_up, ctx)
 

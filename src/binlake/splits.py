@@ -95,11 +95,19 @@ class Split:
 
 def newest(rows: Iterable[dict[str, Any]], group_size: int) -> dict[str, list[Split]]:
     """Splits by table in chunk order from split-state rows, which are appended, never updated:
-    of a chunk's rows the one furthest along (planned < landed < done) is its state."""
+    of a chunk's rows the one furthest along (planned < landed < done) is its state, and of two
+    planned rows the one with a bound end (the open last split once cut again, see
+    `pipeline.read_tail`)."""
     best: dict[tuple[str, int], dict[str, Any]] = {}
     for r in rows:
         k = (r["table"], int(r["chunk"]))
-        if k not in best or STATUS_RANK[r["status"] or "planned"] > STATUS_RANK[best[k]["status"] or "planned"]:
+        if k not in best:
+            best[k] = r
+            continue
+        rank, held = STATUS_RANK[r["status"] or "planned"], STATUS_RANK[best[k]["status"] or "planned"]
+        # the open last split, cut again while the snapshot ran, has a second planned row with a
+        # bound end: an end only ever narrows from +inf to a bound, never back
+        if rank > held or (rank == held and best[k]["end"] is None and r["end"] is not None):
             best[k] = r
     out: dict[str, list[Split]] = {}
     for k in sorted(best):

@@ -15,6 +15,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from binlake import faults
 from binlake.bronze import CHANGES, flat_changes
 from binlake.offsets import BinlogPosition
 
@@ -35,6 +36,12 @@ class ChunkSlot(InputPartition):
 
 # rows per Arrow batch handed to Spark: columnar batches, not one pickled tuple per row
 BATCH_ROWS = 8192
+# and at most about this many bytes of values: an Arrow string column holds at most 2 GiB, and
+# 8192 rows of 16 MB LONGBLOBs would hold 128 GiB
+BATCH_BYTES = 64 * 1024 * 1024
+# columns whose values can be megabytes; only these are measured, narrow rows cost nothing
+WIDE_TYPES = {"tinyblob", "blob", "mediumblob", "longblob", "tinytext", "text", "mediumtext", "longtext", "json",
+              "varchar", "varbinary"}
 
 
 def _meta_arrow() -> list[tuple[str, Any]]:
@@ -81,8 +88,7 @@ class SnapshotReader(DataSourceReader):
             else:
                 result = read_chunk(params, schema, split, partition.server_id, is_mariadb=job.get("is_mariadb", True))
                 rows, seq, file, pos = result.rows, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
-            for at in range(0, len(rows), BATCH_ROWS):
-                part = rows[at:at + BATCH_ROWS]
+            for part in _parts(rows, [c.name for c in schema.columns if c.data_type in WIDE_TYPES]):
                 n = len(part)
                 meta = [[schema.name] * n, ["r"] * n, [seq] * n, [None] * n, [file] * n, [pos] * n, [None] * n,
                         [split.index] * n]
@@ -90,6 +96,22 @@ class SnapshotReader(DataSourceReader):
             if not job.get("plain"):
                 yield _arrow_batch(fields, [[schema.name], ["w"], [seq], [None], [file], [pos], [None], [split.index]]
                                    + [[None]] * len(names))
+
+
+def _parts(rows: list[dict[str, Any]], wide: list[str]) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive slices of `rows` of at most BATCH_ROWS rows and about BATCH_BYTES of wide values."""
+    if not wide:
+        for at in range(0, len(rows), BATCH_ROWS):
+            yield rows[at:at + BATCH_ROWS]
+        return
+    begin, size = 0, 0
+    for i, row in enumerate(rows):
+        size += sum(len(row[c] or "") for c in wide)
+        if i + 1 - begin >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield rows[begin:i + 1]
+            begin, size = i + 1, 0
+    if begin < len(rows):
+        yield rows[begin:]
 
 
 class SnapshotSource(DataSource):
@@ -164,17 +186,23 @@ class BinlogReader(DataSourceStreamReader):
                 is_mariadb=self.job.get("is_mariadb", True),
             )
             rows: list[tuple[Any, ...]] = []
+            size = 0
             for change in changes:
                 schema = schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
                         continue
-                    row = schema.encode_row(part.image)
+                    text = json.dumps(schema.encode_row(part.image), ensure_ascii=False)
+                    size += len(text)
                     rows.append((part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos,
-                                 part.gtid, None, json.dumps(row, ensure_ascii=False)))
-                if len(rows) >= BATCH_ROWS:
+                                 part.gtid, None, text))
+                if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:
                     yield _arrow_batch(fields, [list(c) for c in zip(*rows)])
-                    rows = []
+                    rows, size = [], 0
+                    # a batch may end inside a multi-row event: harmless, since the micro-batch's
+                    # offsets (server heads, at transaction boundaries) never do, and a replayed
+                    # micro-batch reads the whole event again, each row in its slot
+                    faults.point("binlog_batch_handed", change.table)
             if rows:
                 yield _arrow_batch(fields, [list(c) for c in zip(*rows)])
         finally:

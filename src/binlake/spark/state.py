@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from binlake.splits import Split, newest
+from binlake.splits import STATUS_RANK, Split, newest
 
 SCHEMA = (
     "table STRING, table_no INT, chunk INT, group_id BIGINT, start STRING, `end` STRING, status STRING, "
@@ -50,19 +50,63 @@ def add_planned(spark: SparkSession, path: str, splits: list[Split]) -> None:
         _append(spark, path, splits, f"binlake-plan-{first.table_no}-{first.table}", first.index)
 
 
+def add_recut(spark: SparkSession, path: str, splits: list[Split]) -> None:
+    """Append the pieces the open last split was cut into (its own index first, with a bound end now).
+    Keyed by (table, that index) apart from planning's appends, whose versions it would collide with."""
+    if splits:
+        first = splits[0]
+        _append(spark, path, splits, f"binlake-recut-{first.table_no}-{first.table}", first.index)
+
+
 def record(spark: SparkSession, path: str, splits: Iterable[Split]) -> None:
     """Record splits' new status (landed or done); the newest status of a chunk wins on load."""
     _append(spark, path, splits)
 
 
-def load(spark: SparkSession, path: str, group_size: int, tables: list[str] | None = None) -> dict[str, list[Split]]:
-    """All splits by table, in chunk order, each in its newest status."""
+def load(spark: SparkSession, path: str, group_size: int, tables: list[str] | None = None,
+         groups: list[int] | None = None) -> dict[str, list[Split]]:
+    """Splits by table, in chunk order, each in its newest status: all of them, or those of `groups`
+    (the snapshot loads a window of groups at a time, never a whole huge table's splits)."""
     if not _exists(spark, path):
         return {}
     df = spark.read.format("delta").load(path)
     if tables is not None:
         df = df.where(F.col("table").isin(tables))
+    if groups is not None:
+        df = df.where(F.col("group_id").isin([int(g) for g in groups]))
     return newest((r.asDict() for r in df.collect()), group_size)
+
+
+def _chunk_ranks(spark: SparkSession, path: str, tables: list[str] | None) -> DataFrame:
+    """One row per chunk: table, chunk, group_id and the rank of its furthest status (see STATUS_RANK)."""
+    df = spark.read.format("delta").load(path)
+    if tables is not None:
+        df = df.where(F.col("table").isin(tables))
+    rank = F.coalesce(*[F.when(F.col("status") == s, F.lit(r)) for s, r in STATUS_RANK.items()], F.lit(0))
+    return df.groupBy("table", "chunk").agg(F.max("group_id").alias("group_id"), F.max(rank).alias("rank"))
+
+
+def open_groups(spark: SparkSession, path: str, below: str, tables: list[str] | None = None) -> dict[str, list[int]]:
+    """Per table, the ids of the groups holding a chunk whose status is short of `below`, computed by
+    Spark: the driver receives group ids only (a 10^8-row table has under a thousand)."""
+    if not _exists(spark, path):
+        return {}
+    rows = (_chunk_ranks(spark, path, tables).where(F.col("rank") < STATUS_RANK[below])
+            .select("table", "group_id").distinct().collect())
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        out.setdefault(r["table"], []).append(int(r["group_id"]))
+    return {t: sorted(g) for t, g in sorted(out.items())}
+
+
+def chunk_counts(spark: SparkSession, path: str, tables: list[str] | None = None) -> dict[str, tuple[int, int]]:
+    """Per table: (chunks planned, chunks landed or done), counted by Spark."""
+    if not _exists(spark, path):
+        return {}
+    rows = (_chunk_ranks(spark, path, tables).groupBy("table")
+            .agg(F.count("*").alias("n"), F.sum(F.when(F.col("rank") >= 1, 1).otherwise(0)).alias("landed"))
+            .collect())
+    return {r["table"]: (int(r["n"]), int(r["landed"] or 0)) for r in rows}
 
 
 def table_numbers(spark: SparkSession, path: str) -> dict[str, int]:

@@ -1,0 +1,142 @@
+"""Table sizes: planning that interleaves with reading and resumes after a crash, and the open last
+chunk that grows while the snapshot runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pymysql
+from pyspark.sql import functions as F
+
+from binlake import pipeline
+from binlake.config import load
+from binlake.pipeline import plan, run, snapshot
+from binlake.spark import state
+from binlake.target import Target
+
+from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
+
+
+def _status_rows(spark: Any, path: str, status: str) -> Any:
+    return spark.read.format("delta").load(path).where(F.col("status") == status)
+
+
+def test_planning_interleaves_with_reading_and_resumes_after_kill(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """kill -9 after the third stored batch of planning: the groups of the first two batches were
+    read by then (reading started before planning ended); the restart plans on from the first chunk
+    not stored, and every chunk has exactly one planned row, with bounds that chain."""
+    port = dev_db.running_port()
+    rows = 1600
+    create_table(port, database, rows)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    cfg = load(cfg_path)
+    target = Target.of(cfg)
+    name = f"{database}.t"
+    env = {"BINLAKE_PLAN_BATCH": "4", "BINLAKE_CRASH_AT": "mid_plan:3",
+           "BINLAKE_CRASH_COUNTER": str(tmp_path / "crash-counter")}
+    with Writers(port, database, rows, threads=1, pause=0.01) as writers:
+        crashed = run_cli("-v", "run", "-c", str(cfg_path), "--until-caught-up", env=env)
+        assert crashed.returncode == -9, crashed.stderr[-2000:]
+
+        planned = sorted(int(r["chunk"]) for r in _status_rows(spark, target.split_state, "planned").collect())
+        landed = {int(r["chunk"]) for r in _status_rows(spark, target.split_state, "landed").collect()}
+        assert planned == list(range(12)), "three batches of four chunks were stored before the kill"
+        assert landed == set(range(8)), "the first two batches were read while planning went on"
+
+        env.pop("BINLAKE_CRASH_AT")
+        resumed = run_cli("-v", "run", "-c", str(cfg_path), "--until-caught-up", env=env)
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert writers.ops > 50, "the writer must have raced planning and reading"
+    assert f"planning {name} resumes at chunk 12" in resumed.stderr
+
+    per_chunk = (_status_rows(spark, target.split_state, "planned").groupBy("chunk").count()
+                 .where("count > 1").collect())
+    assert per_chunk == [], f"chunks planned twice: {per_chunk}"
+    splits = state.load(spark, target.split_state, 2)[name]
+    assert [s.index for s in splits] == list(range(len(splits))) and len(splits) > 12
+    assert splits[0].start is None and splits[-1].end is None
+    assert all(a.end == b.start for a, b in zip(splits, splits[1:])), "bounds must chain without gap or overlap"
+    assert all(s.status == "done" for s in splits)
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
+
+
+def test_run_reads_groups_before_planning_ends(dev_db, database, spark, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Without a crash: the first chunk lands before the last batch of splits is planned."""
+    port = dev_db.running_port()
+    create_table(port, database, 1200)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=4)
+    monkeypatch.setattr(pipeline, "PLAN_BATCH", 8)  # two batches: 8 splits, then 5
+    cfg = load(cfg_path)
+    run(cfg, until_caught_up=True)
+    target = Target.of(cfg)
+    times = spark.read.format("delta").load(target.split_state).groupBy("status").agg(
+        F.min("updated_at").alias("first"), F.max("updated_at").alias("last")).collect()
+    by = {r["status"]: r for r in times}
+    assert by["landed"]["first"] < by["planned"]["last"], "reading must start before planning ends"
+    assert silver_rows(spark, target.silver(f"{database}.t").location) == source_rows(port, database)
+
+
+class TailInserter(threading.Thread):
+    """Inserts rows past the maximum key, a few at a time, until stopped."""
+
+    def __init__(self, port: int, database: str, first: int, per_step: int = 2, pause: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.port, self.database, self.next, self.per_step, self.pause = port, database, first, per_step, pause
+        self.stop_flag = threading.Event()
+        self.inserted = 0
+
+    def run(self) -> None:
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
+                             autocommit=True) as conn, conn.cursor() as cur:
+            while not self.stop_flag.is_set():
+                cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('tail-', seq), seq / 7, NOW(6), 'tail' "
+                            f"FROM seq_{self.next}_to_{self.next + self.per_step - 1}")
+                self.next += self.per_step
+                self.inserted += self.per_step
+                time.sleep(self.pause)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(timeout=30)
+
+
+def test_open_last_chunk_growing_during_the_snapshot_is_read_in_pieces(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    port = dev_db.running_port()
+    rows, chunk = 2000, 200
+    create_table(port, database, rows)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=chunk, group_size=2)
+    cfg = load(cfg_path)
+    target = Target.of(cfg)
+    name = f"{database}.t"
+    plan(cfg)
+    planned = state.load(spark, target.split_state, 2)[name]
+    open_index = planned[-1].index
+    assert planned[-1].end is None
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                         autocommit=True) as conn, conn.cursor() as cur:
+        # the open last chunk grows to 16x chunk-size before the snapshot starts ...
+        cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('late-', seq), seq / 7, NOW(6), NULL "
+                    f"FROM seq_{rows + 1}_to_{rows + 3000}")
+    inserter = TailInserter(port, database, rows + 3001)
+    inserter.start()  # ... and keeps growing while it runs
+    try:
+        snapshot(cfg)
+    finally:
+        inserter.stop()
+    assert inserter.inserted > 0
+    run(cfg, until_caught_up=True)  # hand over: the stream carries the rows inserted after the tail was read
+
+    splits = state.load(spark, target.split_state, 2)[name]
+    assert len(splits) > len(planned) + 10, "the tail must have been cut into chunk-size pieces"
+    assert splits[open_index].end is not None, "the once open last chunk now has a bound end"
+    sizes = [s.rows or 0 for s in splits]
+    assert max(sizes) <= 3 * chunk, f"a tail piece held {max(sizes)} rows; chunk-size is {chunk}"
+    assert sum(sizes) >= rows + 3000
+    assert all(a.end == b.start for a, b in zip(splits, splits[1:]))
+    assert all(s.status == "done" for s in splits)
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
