@@ -50,6 +50,17 @@ def _opt_str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        if str(v) not in allowed:
+            raise ValueError(" or ".join(repr(a) for a in allowed))
+        return str(v)
+    return parse
+
+
+ON_PURGED = ("fail", "resnapshot")
+
+
 # section -> key -> (parser, default, description)
 SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     "source": {
@@ -61,6 +72,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "server-id": (_str, "5400-5404", "replica server ids, one per concurrent binlog reader"),
         "chunk-key": (_chunk_keys, {}, "db.table -> chunk key columns (tables without a primary key)"),
         "connect-timeout": (_int, 10, "seconds"),
+        "reconnect-timeout": (_int, 300, "seconds a stream keeps reconnecting to a lost source before it fails"),
     },
     "target": {
         "path": (_str, "./lake", "local warehouse root"),
@@ -74,6 +86,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     },
     "stream": {
         "trigger-seconds": (_int, 1, "micro-batch interval"),
+        "on-purged": (_choice(*ON_PURGED), "fail",
+                      "stored binlog position purged from the server: fail, or resnapshot the tables"),
     },
     "databricks": {
         "secret-scope": (_opt_str, None, "secret scope holding the source password"),
@@ -267,6 +281,9 @@ def load(
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"source.tables pattern {pattern!r} is not a valid regex ({exc}); fix source.tables") from None
+    if cfg.get("source.reconnect-timeout") < 0:
+        raise ConfigError(f"source.reconnect-timeout is {cfg.get('source.reconnect-timeout')}; binlake needs "
+                          "0 (no reconnecting) or more seconds: fix source.reconnect-timeout")
     for name in ("snapshot.chunk-size", "snapshot.parallelism", "snapshot.group-size"):
         if cfg.get(name) < 1:
             raise ConfigError(f"{name} is {cfg.get(name)}; binlake needs a number >= 1: fix {name}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from binlake import bronze, faults, silver
-from binlake.errors import RuntimeFailure
+from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition
 
 if TYPE_CHECKING:
@@ -51,6 +51,19 @@ def committed_offset(checkpoint: str) -> BinlogPosition | None:
     return None
 
 
+def resume_position(ctx: Context) -> BinlogPosition | None:
+    """Where the stream will read from next: the end of its last committed micro-batch, or, before
+    the first one, the lowest high watermark of the snapshot's chunks."""
+    from binlake.spark import state
+
+    done = committed_offset(ctx.target.checkpoint)
+    if done is not None:
+        return done
+    splits = state.load(ctx.session(), ctx.target.split_state, ctx.cfg.get("snapshot.group-size"),
+                        list(ctx.schemas()))
+    return min((s.hw for ss in splits.values() for s in ss if s.hw is not None), default=None)
+
+
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
                until: BinlogPosition | None = None) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
@@ -63,6 +76,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "server_id": ctx.cfg.server_ids.pick(0),
         "start": start.to_dict(),
         "is_mariadb": ctx.is_mariadb,
+        "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
     }
 
 
@@ -166,6 +180,9 @@ def _await(query: Any) -> None:
     try:
         query.awaitTermination()
     except StreamingQueryException as exc:
+        gone = next((ln for ln in str(exc).splitlines() if "has been purged from the server" in ln), None)
+        if gone is not None:
+            raise PositionGoneError(gone[gone.index("binlog file"):].strip()) from None
         cause = next((ln.strip() for ln in str(exc).splitlines() if "Error" in ln or "binlake" in ln), str(exc)[:300])
         raise RuntimeFailure(f"stream failed: {cause[:500]}") from None
 
