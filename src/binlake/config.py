@@ -59,6 +59,11 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 ON_PURGED = ("fail", "resnapshot")
+STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else _int(v)
 
 
 # section -> key -> (parser, default, description)
@@ -72,7 +77,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "server-id": (_str, "5400-5404", "replica server ids, one per concurrent binlog reader"),
         "chunk-key": (_chunk_keys, {}, "db.table -> chunk key columns (tables without a primary key)"),
         "connect-timeout": (_int, 10, "seconds"),
-        "reconnect-timeout": (_int, 300, "seconds a stream keeps reconnecting to a lost source before it fails"),
+        "reconnect-timeout": (_int, 300, "seconds the stream keeps reconnecting to a lost source "
+                              "(backoff 0.5 s doubling to 10 s) before it fails; `0` fails at once"),
     },
     "target": {
         "path": (_str, "./lake", "local warehouse root"),
@@ -86,8 +92,14 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     },
     "stream": {
         "trigger-seconds": (_int, 1, "micro-batch interval"),
+        "startup-mode": (_choice(*STARTUP_MODES), "initial",
+                         "`initial` (snapshot, then stream), `snapshot` (snapshot only), or stream without a "
+                         "snapshot from `latest`, `earliest`, `specific` (a position) or `timestamp`"),
+        "startup-position": (_opt_str, None, "`file:position` where startup mode `specific` starts"),
+        "startup-timestamp": (_opt_int, None, "Unix seconds from which startup mode `timestamp` streams"),
         "on-purged": (_choice(*ON_PURGED), "fail",
-                      "stored binlog position purged from the server: fail, or resnapshot the tables"),
+                      "the stored binlog position's file was purged from the server: `fail` (exit code 1, "
+                      "naming the file), or `resnapshot` the captured tables"),
     },
     "databricks": {
         "secret-scope": (_opt_str, None, "secret scope holding the source password"),

@@ -253,7 +253,7 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             run_stream(ctx, until_caught_up)
             return
         except PositionGoneError as gone:
-            if cfg.get("stream.on-purged") != "resnapshot":
+            if cfg.get("stream.on-purged") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
                 raise
             log.warning("%s; stream.on-purged is resnapshot: snapshotting %s again", gone.message,
                         ", ".join(ctx.schemas()))
@@ -306,10 +306,18 @@ def resnapshot(ctx: Context) -> None:
 
 
 def run(cfg: Config, until_caught_up: bool = False) -> None:
+    """Plan, snapshot and stream, as `stream.startup-mode` says: `snapshot` stops after the
+    snapshot; the modes that start from a binlog position skip the snapshot."""
+    from binlake.startup import SNAPSHOT_MODES, validate
+
+    validate(cfg)
     ctx = Context(cfg)
-    plan(cfg, ctx)
-    snapshot(cfg, None, ctx)
-    stream(cfg, until_caught_up, ctx)
+    mode = cfg.get("stream.startup-mode")
+    if mode in SNAPSHOT_MODES:
+        plan(cfg, ctx)
+        snapshot(cfg, None, ctx)
+    if mode != "snapshot":
+        stream(cfg, until_caught_up, ctx)
 
 
 def current_position(cfg: Config) -> BinlogPosition:

@@ -172,7 +172,10 @@ class BinlogReader(DataSourceStreamReader):
                 is_mariadb=self.job.get("is_mariadb", True), reconnect_timeout=patience,
             )
             rows: list[tuple[Any, ...]] = []
+            since = self.job.get("since")
             for change in changes:
+                if since is not None and change.ts < since:
+                    continue  # startup mode timestamp: written before the requested time
                 schema = schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
