@@ -95,13 +95,14 @@ def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinL
 def _failure(exc: Exception, start: BinlogPosition, server_id: int) -> Exception:
     """The server's refusal as one line binlake can act on, or `exc` itself."""
     text = str(exc)
-    if "1236" in text or "Could not find first log file" in text or "purged" in text:
-        return PositionGoneError(purged_message(start))
+    # MySQL refuses a second replica with the same id with error 1236 too, so this test comes first
     if "server_id" in text.lower() or "server id" in text.lower():
         return RuntimeFailure(
             f"binlog reader server id {server_id} is in use by another replica; "
             "set source.server-id to an unused range"
         )
+    if "1236" in text or "Could not find first log file" in text or "purged" in text:
+        return PositionGoneError(purged_message(start))
     return exc
 
 
