@@ -73,7 +73,8 @@ def test_idle_table_position_advances_past_purged_files(dev_db, database, spark,
         assert report["binlog"]["lag_seconds"] == 0.0
 
         with dev_db.connect(database) as conn:
-            purge_up_to_now(conn)
+            purge_up_to_now(conn, rotate=False)  # every file before the one the position is in
+        assert before.file != moved.file  # without the heartbeats the position would now be gone
         with dev_db.connect(database) as conn, conn.cursor() as cur:
             cur.execute("UPDATE t SET v = 'after purge' WHERE id <= 10")
         run(cfg, until_caught_up=True)  # resumes from a file the server still has: no error

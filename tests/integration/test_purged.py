@@ -16,12 +16,14 @@ from binlake.target import Target
 from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 
 
-def purge_up_to_now(conn) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """Rotate the binlog and purge every file before the new one; returns (oldest purged, new)."""
+def purge_up_to_now(conn, rotate: bool = True) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """Rotate the binlog (unless not `rotate`) and purge every file before the current one; returns
+    (oldest purged, current)."""
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         oldest = cur.fetchall()[0][0]
-        cur.execute("FLUSH BINARY LOGS")
+        if rotate:
+            cur.execute("FLUSH BINARY LOGS")
         cur.execute("SHOW MASTER STATUS")
         current = cur.fetchone()[0]
         # MariaDB keeps a file until its binlog checkpoint is written (in the background after the
