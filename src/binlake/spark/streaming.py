@@ -218,7 +218,13 @@ def _await(query: Any) -> None:
         gone = next((ln for ln in str(exc).splitlines() if "has been purged from the server" in ln), None)
         if gone is not None:
             raise PositionGoneError(gone[gone.index("binlog file"):].strip()) from None
-        cause = next((ln.strip() for ln in str(exc).splitlines() if "Error" in ln or "binlake" in ln), str(exc)[:300])
+        lines = str(exc).splitlines()
+        # a binlake error raised inside the source (on an executor or in the driver's Python
+        # worker) is already one line for the user: pass it on without Spark's wrapping
+        ours = next((ln.split("binlake.errors.", 1)[1] for ln in lines if "binlake.errors." in ln), None)
+        if ours is not None:
+            raise RuntimeFailure(ours.split(": ", 1)[-1].strip()[:800]) from None
+        cause = next((ln.strip() for ln in lines if "Error" in ln or "binlake" in ln), str(exc)[:300])
         raise RuntimeFailure(f"stream failed: {cause[:500]}") from None
 
 
