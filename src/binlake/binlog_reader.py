@@ -21,6 +21,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
+from binlake.reconnect import Backoff, is_connection_lost
 
 log = logging.getLogger(__name__)
 
@@ -74,21 +75,8 @@ def _settings(params: dict[str, Any]) -> dict[str, Any]:
             "password": params["password"], "connect_timeout": int(params.get("connect_timeout", 10))}
 
 
-def read_changes(
-    params: dict[str, Any],
-    server_id: int,
-    start: BinlogPosition,
-    stop: BinlogPosition | None,
-    wanted: Callable[[str, str], bool],
-    is_mariadb: bool = True,
-    on_position: Callable[[BinlogPosition, int], None] | None = None,
-) -> Iterator[RowChange]:
-    """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
-
-    Without `stop`, reads to the current end of the binlog. `on_position(pos, ts)` is called after
-    every event with the position after it, so callers can record progress for idle tables too.
-    """
-    stream = BinLogStreamReader(
+def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinLogStreamReader:
+    return BinLogStreamReader(
         connection_settings=_settings(params),
         server_id=server_id,
         log_file=start.file,
@@ -102,52 +90,128 @@ def read_changes(
         is_mariadb=False,
         enable_logging=False,
     )
+
+
+def _failure(exc: Exception, start: BinlogPosition, server_id: int) -> Exception:
+    """The server's refusal as one line binlake can act on, or `exc` itself."""
+    text = str(exc)
+    if "max_allowed_packet" in text:
+        return RuntimeFailure(
+            f"a binlog event after {start} is larger than the server's max_allowed_packet; binlake "
+            "needs the whole event: SET GLOBAL max_allowed_packet=1073741824 (and in the server "
+            "config), then run again"
+        )
+    # MySQL refuses a second replica with the same id with error 1236 too, so this test comes first
+    if "server_id" in text.lower() or "server id" in text.lower():
+        return RuntimeFailure(
+            f"binlog reader server id {server_id} is in use by another replica; "
+            "set source.server-id to an unused range"
+        )
+    if "1236" in text or "Could not find first log file" in text or "purged" in text:
+        return PositionGoneError(purged_message(start))
+    return exc
+
+
+def purged_message(position: BinlogPosition, oldest: str | None = None) -> str:
+    have = f" (its oldest is {oldest})" if oldest else ""
+    return (
+        f"binlog file {position.file} (stored position {position}) has been purged from the server{have}; "
+        "binlake cannot resume from it without losing changes: set stream.on-purged: resnapshot to snapshot "
+        "the tables again, or delete the target and run again; keep binlogs longer "
+        "(binlog_expire_logs_seconds / expire_logs_days) so it does not recur"
+    )
+
+
+def read_changes(
+    params: dict[str, Any],
+    server_id: int,
+    start: BinlogPosition,
+    stop: BinlogPosition | None,
+    wanted: Callable[[str, str], bool],
+    is_mariadb: bool = True,
+    on_position: Callable[[BinlogPosition, int], None] | None = None,
+    reconnect_timeout: float = 0,
+) -> Iterator[RowChange]:
+    """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
+
+    Without `stop`, reads to the current end of the binlog. `on_position(pos, ts)` is called after
+    every event with the position after it, so callers can record progress for idle tables too.
+
+    A connection lost mid-read is reopened (with backoff, for up to `reconnect_timeout` seconds) at
+    the start of the transaction being read, not at the last event: a row event decodes only after
+    its transaction's table-map events. Events already yielded are skipped on the way back, so no
+    row is lost or repeated. Example: rows of the events at 500 and 620 were yielded, the event at
+    740 was being read, the transaction began at 420 -> reopen at 420, skip events starting before
+    740.
+    """
+    backoff = Backoff(params, reconnect_timeout)
+    txn_start = start  # where the transaction being read began: a safe place to reopen
+    done = start  # events starting before this were handled completely
+    in_txn = False
     gtid: str | None = None
-    try:
-        while True:
-            try:
-                event = stream.fetchone()
-            except Exception as exc:  # the library raises pymysql errors with the server's text
-                text = str(exc)
-                if "max_allowed_packet" in text:
-                    raise RuntimeFailure(
-                        f"a binlog event after {start} is larger than the server's max_allowed_packet; binlake "
-                        "needs the whole event: SET GLOBAL max_allowed_packet=1073741824 (and in the server "
-                        "config), then run again"
-                    ) from None
-                if "1236" in text or "Could not find first log file" in text or "purged" in text:
-                    raise PositionGoneError(
-                        f"binlog position {start} is no longer on the server (purged); binlake needs it to "
-                        "resume: re-snapshot the tables (delete the target state) or keep binlogs longer "
-                        "(expire_logs_days / binlog_expire_logs_seconds)"
-                    ) from None
-                if "1236" not in text and "server_id" in text.lower():
-                    raise RuntimeFailure(
-                        f"binlog reader server id {server_id} is in use by another replica; "
-                        "set source.server-id to an unused range"
-                    ) from None
-                raise
-            if event is None:
-                return
-            end = int(event.packet.log_pos)
-            size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
-            file = stream.log_file
-            if isinstance(event, RotateEvent):
-                continue
-            begin = end - size if end else 0
-            if stop is not None and BinlogPosition(file, begin) >= stop:
-                return
-            if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                gtid = str(event.gtid)
-            elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                if wanted(event.schema, event.table):
-                    yield from _rows(event, file, begin, gtid)
-            elif isinstance(event, XidEvent):
-                gtid = None
-            if on_position is not None and end:
-                on_position(BinlogPosition(file, end), int(event.timestamp))
-    finally:
-        stream.close()
+    while True:
+        stream = _open(params, server_id, txn_start)
+        try:
+            while True:
+                try:
+                    event = stream.fetchone()
+                except Exception as exc:  # the library raises pymysql errors with the server's text
+                    if is_connection_lost(exc) and reconnect_timeout > 0:
+                        backoff.wait(exc, f"reading the binlog at {done}")
+                        break
+                    failure = _failure(exc, txn_start, server_id)
+                    if failure is exc:
+                        raise
+                    raise failure from None
+                if event is None:
+                    reached = BinlogPosition(stream.log_file, int(stream.log_pos or 0)) if stream.log_file else None
+                    if stop is None or (reached is not None and reached >= stop):
+                        return
+                    # the server ended the dump before `stop`, which it had already written: it is
+                    # shutting down; returning here would commit a batch with events missing
+                    cut = ConnectionError(f"binlog dump ended at {reached} before {stop}")
+                    if reconnect_timeout <= 0:
+                        raise RuntimeFailure(f"the source ended the binlog dump at {reached}, before {stop}; "
+                                             "set source.reconnect-timeout to ride out a server restart") from None
+                    backoff.wait(cut, f"reading the binlog at {done}")
+                    break
+                backoff.reset()
+                end = int(event.packet.log_pos)
+                size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
+                file = stream.log_file
+                if isinstance(event, RotateEvent):
+                    continue
+                begin = end - size if end else 0
+                here = BinlogPosition(file, begin)
+                if stop is not None and here >= stop:
+                    return
+                if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                    gtid = str(event.gtid)
+                    txn_start, in_txn = here, True
+                elif isinstance(event, QueryEvent) and _query(event) == "BEGIN":
+                    if not in_txn:
+                        txn_start, in_txn = here, True
+                elif here < done:
+                    continue  # yielded before the connection was lost
+                elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                    if wanted(event.schema, event.table):
+                        yield from _rows(event, file, begin, gtid)
+                elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
+                    gtid = None
+                    in_txn = False
+                    if end:
+                        txn_start = BinlogPosition(file, end)
+                if end:
+                    done = max(done, BinlogPosition(file, end))
+                    if on_position is not None:
+                        on_position(BinlogPosition(file, end), int(event.timestamp))
+        finally:
+            stream.close()
+
+
+def _query(event: Any) -> str:
+    q = event.query
+    return (q.decode(errors="replace") if isinstance(q, bytes) else str(q)).strip().upper()
 
 
 def _rows(event: Any, file: str, begin: int, gtid: str | None) -> Iterator[RowChange]:

@@ -20,6 +20,12 @@ def _load(args: argparse.Namespace) -> config_mod.Config:
     overrides = list(args.set or [])
     if getattr(args, "parallelism", None):
         overrides.append(f"snapshot.parallelism={args.parallelism}")
+    if getattr(args, "startup_mode", None):
+        overrides.append(f"stream.startup-mode={args.startup_mode}")
+    if getattr(args, "startup_position", None):
+        overrides.append(f"stream.startup-position={args.startup_position}")
+    if getattr(args, "startup_timestamp", None) is not None:
+        overrides.append(f"stream.startup-timestamp={args.startup_timestamp}")
     return config_mod.load(args.config, overrides)
 
 
@@ -101,6 +107,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def startup_flags(p: argparse.ArgumentParser) -> None:
+    from binlake.config import STARTUP_MODES
+
+    # free text, not argparse choices: a bad value gets binlake's one-line error and exit code 2
+    p.add_argument("--startup-mode", metavar="|".join(STARTUP_MODES), help="stream.startup-mode")
+    p.add_argument("--startup-position", metavar="FILE:POS", help="stream.startup-position (mode specific)")
+    p.add_argument("--startup-timestamp", type=int, metavar="UNIX_SECONDS",
+                   help="stream.startup-timestamp (mode timestamp)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="binlake",
@@ -123,12 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-caught-up", action="store_true",
                    help="stop once the binlog is drained up to the position current when streaming started")
     p.add_argument("--parallelism", type=int, help="chunks read at once")
+    startup_flags(p)
     command("plan", cmd_plan, "plan the snapshot chunks into the split state")
     p = command("snapshot", cmd_snapshot, "read every unfinished chunk into bronze and silver")
     p.add_argument("--parallelism", type=int, help="chunks read at once")
     p = command("stream", cmd_stream, "stream the binlog into bronze and silver")
     p.add_argument("--until-caught-up", action="store_true",
                    help="stop once the binlog is drained up to the position current when streaming started")
+    startup_flags(p)
     p = command("status", cmd_status, "per table: chunks, rows, phase, binlog position and lag")
     p.add_argument("--json", action="store_true", help="one JSON object")
     command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")

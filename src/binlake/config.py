@@ -50,6 +50,22 @@ def _opt_str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        if str(v) not in allowed:
+            raise ValueError(" or ".join(repr(a) for a in allowed))
+        return str(v)
+    return parse
+
+
+ON_PURGED = ("fail", "resnapshot")
+STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else _int(v)
+
+
 # section -> key -> (parser, default, description)
 SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     "source": {
@@ -61,6 +77,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "server-id": (_str, "5400-5404", "replica server ids, one per concurrent binlog reader"),
         "chunk-key": (_chunk_keys, {}, "db.table -> chunk key columns (tables without a primary key)"),
         "connect-timeout": (_int, 10, "seconds"),
+        "reconnect-timeout": (_int, 300, "seconds the stream keeps reconnecting to a lost source "
+                              "(backoff 0.5 s doubling to 10 s) before it fails; `0` fails at once"),
     },
     "target": {
         "path": (_str, "./lake", "local warehouse root"),
@@ -74,6 +92,14 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     },
     "stream": {
         "trigger-seconds": (_int, 1, "micro-batch interval"),
+        "startup-mode": (_choice(*STARTUP_MODES), "initial",
+                         "`initial` (snapshot, then stream), `snapshot` (snapshot only), or stream without a "
+                         "snapshot from `latest`, `earliest`, `specific` (a position) or `timestamp`"),
+        "startup-position": (_opt_str, None, "`file:position` where startup mode `specific` starts"),
+        "startup-timestamp": (_opt_int, None, "Unix seconds from which startup mode `timestamp` streams"),
+        "on-purged": (_choice(*ON_PURGED), "fail",
+                      "the stored binlog position's file was purged from the server: `fail` (exit code 1, "
+                      "naming the file), or `resnapshot` the captured tables"),
     },
     "databricks": {
         "secret-scope": (_opt_str, None, "secret scope holding the source password"),
@@ -267,6 +293,9 @@ def load(
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"source.tables pattern {pattern!r} is not a valid regex ({exc}); fix source.tables") from None
+    if cfg.get("source.reconnect-timeout") < 0:
+        raise ConfigError(f"source.reconnect-timeout is {cfg.get('source.reconnect-timeout')}; binlake needs "
+                          "0 (no reconnecting) or more seconds: fix source.reconnect-timeout")
     for name in ("snapshot.chunk-size", "snapshot.parallelism", "snapshot.group-size"):
         if cfg.get(name) < 1:
             raise ConfigError(f"{name} is {cfg.get(name)}; binlake needs a number >= 1: fix {name}")

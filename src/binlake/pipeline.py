@@ -18,7 +18,7 @@ from typing import Any
 from binlake import bronze, faults, silver
 from binlake.spark import state as split_state
 from binlake.config import Config
-from binlake.errors import ConfigError, RuntimeFailure
+from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source import captured_tables, connect, load_schema, master_position
@@ -351,20 +351,86 @@ def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split]) -> N
 
 
 def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = None) -> None:
+    """Stream the binlog from the stored position. A position the server has purged is an error
+    (exit code 1), or with `stream.on-purged: resnapshot` a fresh snapshot of the captured tables
+    followed by the stream from its handover -- never a silent skip of the missing changes."""
     from binlake.spark.streaming import run_stream
 
     ctx = ctx or Context(cfg)
-    run_stream(ctx, until_caught_up)
+    for _attempt in range(3):
+        try:
+            check_position(ctx)
+            run_stream(ctx, until_caught_up)
+            return
+        except PositionGoneError as gone:
+            if cfg.get("stream.on-purged") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
+                raise
+            log.warning("%s; stream.on-purged is resnapshot: snapshotting %s again", gone.message,
+                        ", ".join(ctx.schemas()))
+            resnapshot(ctx)
+    raise RuntimeFailure("the binlog was purged again during each of 3 fresh snapshots; binlake needs binlogs "
+                         "kept longer than a snapshot takes: raise binlog_expire_logs_seconds on the server")
+
+
+def check_position(ctx: Context) -> None:
+    """Fail with PositionGoneError before streaming when the stored position's file is gone."""
+    from binlake.binlog_reader import purged_message
+    from binlake.source import purged
+    from binlake.spark.streaming import resume_position
+
+    position = resume_position(ctx)
+    if position is None:
+        return
+    conn = connect(ctx.params)
+    try:
+        oldest = purged(conn, position)
+    finally:
+        conn.close()
+    if oldest is not None:
+        raise PositionGoneError(purged_message(position, oldest))
+
+
+def resnapshot(ctx: Context) -> None:
+    """Forget the stream and the snapshot of every captured table, then plan and snapshot them again.
+
+    Crash-safe by its order: the checkpoint goes first, so until the split state is retired the next
+    start still finds a purged position (the old high watermarks) and resets again; bronze and silver
+    are emptied (not dropped, so their schemas and locations stay) before the chunks are retired.
+    """
+    import shutil
+
+    from delta.tables import DeltaTable
+
+    spark = ctx.session()
+    names = list(ctx.schemas())
+    shutil.rmtree(ctx.target.checkpoint, ignore_errors=True)
+    ctx.target.stream_progress.unlink(missing_ok=True)
+    for name in names:
+        for location in (ctx.target.bronze(name).location, ctx.target.silver(name).location):
+            if DeltaTable.isDeltaTable(spark, location):
+                DeltaTable.forPath(spark, location).delete()
+    split_state.retire(spark, ctx.target.split_state, names)
+    faults.point("mid_resnapshot", ",".join(names))
+    plan(ctx.cfg, ctx)
+    snapshot(ctx.cfg, None, ctx)
 
 
 def run(cfg: Config, until_caught_up: bool = False) -> None:
-    """Plan, snapshot and stream. Planning and reading interleave: each batch of planned groups is
-    read while the rest of the table is still to be planned; the final snapshot picks up whatever a
-    crash left unread (planned, or landed and not yet in silver)."""
+    """Plan, snapshot and stream, as `stream.startup-mode` says: `snapshot` stops after the
+    snapshot; the modes that start from a binlog position skip the snapshot. Planning and reading
+    interleave: each batch of planned groups is read while the rest of the table is still to be
+    planned; the final snapshot picks up whatever a crash left unread (planned, or landed and not yet
+    in silver)."""
+    from binlake.startup import SNAPSHOT_MODES, validate
+
+    validate(cfg)
     ctx = Context(cfg)
-    plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
-    snapshot(cfg, None, ctx)
-    stream(cfg, until_caught_up, ctx)
+    mode = cfg.get("stream.startup-mode")
+    if mode in SNAPSHOT_MODES:
+        plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
+        snapshot(cfg, None, ctx)
+    if mode != "snapshot":
+        stream(cfg, until_caught_up, ctx)
 
 
 def current_position(cfg: Config) -> BinlogPosition:

@@ -89,6 +89,14 @@ def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
         return [r[0] for r in cur.fetchall()]
 
 
+def purged(conn: pymysql.connections.Connection, position: BinlogPosition) -> str | None:
+    """The oldest binlog file still on the server, if `position`'s file is no longer there."""
+    files = binlog_files(conn)
+    if not files or position.file in files:
+        return None
+    return files[0]
+
+
 def captured_tables(conn: pymysql.connections.Connection, patterns: list[str]) -> list[tuple[str, str]]:
     """Base tables whose `db.table` fully matches one of the regexes, in name order."""
     compiled = [re.compile(p) for p in patterns]

@@ -57,5 +57,10 @@ class Target:
         return str(self.root / "_binlake" / "checkpoint")
 
     @property
+    def stream_start(self) -> Path:
+        """Where a stream without a snapshot starts (see `binlake.startup`)."""
+        return self.root / "_binlake" / "start.json"
+
+    @property
     def stream_progress(self) -> Path:
         return self.root / "_binlake" / "stream.json"

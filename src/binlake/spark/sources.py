@@ -146,13 +146,19 @@ class BinlogReader(DataSourceStreamReader):
         return dict(self.job["start"])
 
     def latestOffset(self) -> dict[str, Any]:
+        from binlake.reconnect import retrying
         from binlake.source import connect, master_position
 
-        conn = connect(_params(self.options))
-        try:
-            head = master_position(conn)
-        finally:
-            conn.close()
+        params = _params(self.options)
+
+        def head_now() -> BinlogPosition:
+            conn = connect(params)
+            try:
+                return master_position(conn)
+            finally:
+                conn.close()
+
+        head = retrying(params, float(self.job.get("reconnect_timeout", 0)), "asking for the binlog head", head_now)
         until = self.job.get("until")
         if until is not None and head > BinlogPosition.from_dict(until):
             return dict(until)  # --until-caught-up: nothing past the head as it was at the start
@@ -166,6 +172,7 @@ class BinlogReader(DataSourceStreamReader):
     def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
         from binlake.binlog_reader import read_changes, split_key_change
         from binlake.handover import Handover
+        from binlake.reconnect import retrying
         from binlake.schema import TableSchema
         from binlake.source import connect
         from binlake.splits import Split
@@ -177,17 +184,21 @@ class BinlogReader(DataSourceStreamReader):
         schemas = {n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()}
         splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
         handover = Handover(schemas, splits)
-        conn = connect(params)
+        patience = float(self.job.get("reconnect_timeout", 0))
+        conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
         try:
             handover.bind(conn)
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
-                is_mariadb=self.job.get("is_mariadb", True),
+                is_mariadb=self.job.get("is_mariadb", True), reconnect_timeout=patience,
             )
             rows: list[tuple[Any, ...]] = []
             size = 0
+            since = self.job.get("since")
             for change in changes:
+                if since is not None and change.ts < since:
+                    continue  # startup mode timestamp: written before the requested time
                 schema = schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):

@@ -124,3 +124,17 @@ def last_splits(spark: SparkSession, path: str) -> dict[str, Split]:
     last = df.groupBy("table").agg(F.max("chunk").alias("chunk"))
     rows = df.join(last, ["table", "chunk"]).collect()
     return {r["table"]: Split.from_dict(r.asDict()) for r in rows}
+
+
+RETIRED = "retired:"
+
+
+def retire(spark: SparkSession, path: str, tables: list[str]) -> None:
+    """Set aside the chunks of tables that are snapshotted again. Their rows stay, under the name
+    `retired:<db.table>`, rather than being deleted: the table's number is part of planning's
+    idempotent-append key, and a number used again would have its new plan skipped as written."""
+    from delta.tables import DeltaTable
+
+    if tables and _exists(spark, path):
+        DeltaTable.forPath(spark, path).update(F.col("table").isin(tables),
+                                               {"table": F.concat(F.lit(RETIRED), F.col("table"))})

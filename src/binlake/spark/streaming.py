@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from binlake import bronze, faults, silver
-from binlake.errors import RuntimeFailure
+from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition
+from binlake.startup import SNAPSHOT_MODES, Start
 
 if TYPE_CHECKING:
     from binlake.pipeline import Context
 
 log = logging.getLogger(__name__)
+
+# the name of the observed metrics in the streaming query's progress
+PROGRESS_METRICS = "binlake"
 
 
 def stream_id(checkpoint: str) -> str:
@@ -51,8 +55,24 @@ def committed_offset(checkpoint: str) -> BinlogPosition | None:
     return None
 
 
+def resume_position(ctx: Context) -> BinlogPosition | None:
+    """Where the stream will read from next: the end of its last committed micro-batch, or, before
+    the first one, the lowest high watermark of the snapshot's chunks."""
+    from binlake.spark import state
+
+    done = committed_offset(ctx.target.checkpoint)
+    if done is not None:
+        return done
+    if ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES:
+        stored = ctx.target.stream_start
+        return Start.from_dict(json.loads(stored.read_text())).position if stored.exists() else None
+    splits = state.load(ctx.session(), ctx.target.split_state, ctx.cfg.get("snapshot.group-size"),
+                        list(ctx.schemas()))
+    return min((s.hw for ss in splits.values() for s in ss if s.hw is not None), default=None)
+
+
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
-               until: BinlogPosition | None = None) -> dict[str, Any]:
+               until: BinlogPosition | None = None, since: int | None = None) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
     source offers nothing past that position."""
     return {
@@ -62,7 +82,9 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "splits": {n: [s.to_dict() for s in ss] for n, ss in splits.items()},
         "server_id": ctx.cfg.server_ids.pick(0),
         "start": start.to_dict(),
+        "since": since,
         "is_mariadb": ctx.is_mariadb,
+        "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
     }
 
 
@@ -74,7 +96,13 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
 
     spark = ctx.session()
     schemas = ctx.schemas()
-    splits = state.load(spark, ctx.target.split_state, ctx.cfg.get("snapshot.group-size"), list(schemas))
+    mode = ctx.cfg.get("stream.startup-mode")
+    if mode == "snapshot":
+        raise ConfigError("stream.startup-mode is 'snapshot', which stops after the snapshot; binlake stream needs "
+                          "another mode: use binlake run (or binlake snapshot), or set stream.startup-mode")
+    from_snapshot = mode in SNAPSHOT_MODES
+    splits = (state.load(spark, ctx.target.split_state, ctx.cfg.get("snapshot.group-size"), list(schemas))
+              if from_snapshot else {})
     pending = sum(1 for ss in splits.values() for s in ss if s.status != "done")
     if pending:
         raise RuntimeFailure(f"{pending} snapshot chunks are not read into bronze and silver yet; the stream starts "
@@ -83,11 +111,16 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
         bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
         silver.ensure_table(spark, ctx.target.silver(name).location, schema)
     hws = [s.hw for ss in splits.values() for s in ss if s.hw is not None]
-    start = min(hws) if hws else current_position(ctx.cfg)
+    since = None
+    if from_snapshot:
+        start = min(hws) if hws else current_position(ctx.cfg)
+    else:
+        chosen = _startup(ctx)
+        start, since = chosen.position, chosen.since
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
     target = current_position(ctx.cfg) if until_caught_up else None
-    job = binlog_job(ctx, schemas, splits, start, target)
+    job = binlog_job(ctx, schemas, splits, start, target, since)
     progress_file = ctx.target.stream_progress
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -118,6 +151,11 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
 
     reader = (spark.readStream.format("binlake_binlog").option("job", json.dumps(job))
               .option("password", ctx.params["password"]).load())
+    # Spark's own progress reports (query.lastProgress, StreamingQueryListener) carry the binlog
+    # position as each batch's endOffset, and these metrics: changes read and the newest event time,
+    # from which a monitor computes seconds behind the source
+    reader = reader.observe(PROGRESS_METRICS, F.count(F.lit(1)).alias("changes"),
+                            F.max("_ts").alias("last_event_ts"), F.min("_ts").alias("first_event_ts"))
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     if until_caught_up:
         # Not Trigger.AvailableNow: after a crash it replays the pending batch and stops there.
@@ -151,6 +189,17 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     _await(query)
 
 
+def _startup(ctx: Context) -> Start:
+    from binlake.source import connect
+    from binlake.startup import resolve
+
+    conn = connect(ctx.params)
+    try:
+        return resolve(ctx.cfg, conn, ctx.is_mariadb, ctx.target.stream_start)
+    finally:
+        conn.close()
+
+
 def _stop_between_batches(query: Any) -> None:
     if query.isActive:
         while query.isActive and query.status.get("isTriggerActive"):
@@ -166,7 +215,16 @@ def _await(query: Any) -> None:
     try:
         query.awaitTermination()
     except StreamingQueryException as exc:
-        cause = next((ln.strip() for ln in str(exc).splitlines() if "Error" in ln or "binlake" in ln), str(exc)[:300])
+        gone = next((ln for ln in str(exc).splitlines() if "has been purged from the server" in ln), None)
+        if gone is not None:
+            raise PositionGoneError(gone[gone.index("binlog file"):].strip()) from None
+        lines = str(exc).splitlines()
+        # a binlake error raised inside the source (on an executor or in the driver's Python
+        # worker) is already one line for the user: pass it on without Spark's wrapping
+        ours = next((ln.split("binlake.errors.", 1)[1] for ln in lines if "binlake.errors." in ln), None)
+        if ours is not None:
+            raise RuntimeFailure(ours.split(": ", 1)[-1].strip()[:800]) from None
+        cause = next((ln.strip() for ln in lines if "Error" in ln or "binlake" in ln), str(exc)[:300])
         raise RuntimeFailure(f"stream failed: {cause[:500]}") from None
 
 
