@@ -21,6 +21,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
+from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,15 @@ def read_changes(
     wanted: Callable[[str, str], bool],
     is_mariadb: bool = True,
     on_position: Callable[[BinlogPosition, int], None] | None = None,
-) -> Iterator[RowChange]:
+    ddl: bool = False,
+) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
     Without `stop`, reads to the current end of the binlog. `on_position(pos, ts)` is called after
     every event with the position after it, so callers can record progress for idle tables too.
+    With `ddl`, also yields, in binlog order, a `SchemaChange` for each DDL statement naming a wanted
+    table and a `TableShape` before the first row event of a wanted table and whenever its columns differ
+    from the previous row event's.
     """
     stream = BinLogStreamReader(
         connection_settings=_settings(params),
@@ -103,6 +108,7 @@ def read_changes(
         enable_logging=False,
     )
     gtid: str | None = None
+    shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]] = {}
     try:
         while True:
             try:
@@ -135,7 +141,22 @@ def read_changes(
                 gtid = str(event.gtid)
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 if wanted(event.schema, event.table):
+                    if ddl:
+                        name = f"{event.schema}.{event.table}"
+                        # the server gives a table a new table id when its definition changes, so
+                        # the columns are compared again only when the id does
+                        seen = shapes.get(name)
+                        if seen is None or seen[0] != event.table_id:
+                            shape = shape_of(event.columns)
+                            if seen is None or seen[1] != shape:
+                                yield TableShape(name, shape, file, begin)
+                            shapes[name] = (event.table_id, shape)
                     yield from _rows(event, file, begin, gtid)
+            elif ddl and isinstance(event, QueryEvent):
+                default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
+                for kind, db, table in ddl_tables(event.query, default_db):
+                    if wanted(db, table):
+                        yield SchemaChange(f"{db}.{table}", kind, file, begin)
             elif isinstance(event, XidEvent):
                 gtid = None
             if on_position is not None and end:

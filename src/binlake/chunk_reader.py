@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake import faults
-from binlake.binlog_reader import read_changes, split_key_change
+from binlake.binlog_reader import RowChange, read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
+from binlake.schema_changes import Guard
 from binlake.source import connect, master_position, select_rows
 from binlake.splits import Split
 
@@ -118,8 +119,12 @@ def read_chunk(
         folded = 0
         if hw > lw:
             member = Membership(KeyOrder(schema, conn), split)
+            guard = Guard.on({schema.name: schema}, conn)
             for change in read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
-                                       is_mariadb=is_mariadb):
+                                       is_mariadb=is_mariadb, ddl=True):
+                if not isinstance(change, RowChange):
+                    guard.check(change)
+                    continue
                 for part in split_key_change(change, schema.key, operator.eq):
                     folded += 1
                     _fold(schema, buffer, member, part)

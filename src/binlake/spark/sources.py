@@ -142,9 +142,10 @@ class BinlogReader(DataSourceStreamReader):
         return [BinlogRange(start, end)]
 
     def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
-        from binlake.binlog_reader import read_changes, split_key_change
+        from binlake.binlog_reader import RowChange, read_changes, split_key_change
         from binlake.handover import Handover
         from binlake.schema import TableSchema
+        from binlake.schema_changes import Guard
         from binlake.source import connect
         from binlake.splits import Split
 
@@ -158,13 +159,17 @@ class BinlogReader(DataSourceStreamReader):
         conn = connect(params)
         try:
             handover.bind(conn)
+            guard = Guard.on(schemas, conn)
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
-                is_mariadb=self.job.get("is_mariadb", True),
+                is_mariadb=self.job.get("is_mariadb", True), ddl=True,
             )
             rows: list[tuple[Any, ...]] = []
             for change in changes:
+                if not isinstance(change, RowChange):
+                    guard.check(change)  # stops before any row of a changed table is written
+                    continue
                 schema = schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
