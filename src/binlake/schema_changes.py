@@ -204,16 +204,20 @@ class Guard:
     """Raises `SchemaChangedError` at the first change of a captured table that binlake cannot apply.
 
     `current(name)` loads the table's schema from the server as it is now (None when the table is
-    gone); it is asked only when an `ALTER` names a captured table.
+    gone); it is asked only when an `ALTER` names a captured table. `since` gives, per table, the
+    position before which its changes are already inside its snapshot (the smallest high watermark of
+    its chunks): the stream emits nothing of the table from there, so a change there is no concern.
     """
 
-    def __init__(self, schemas: dict[str, TableSchema], current: Callable[[str], TableSchema | None]) -> None:
+    def __init__(self, schemas: dict[str, TableSchema], current: Callable[[str], TableSchema | None],
+                 since: dict[str, BinlogPosition] | None = None) -> None:
         self.schemas = schemas
         self.current = current
+        self.since = since or {}
         self._fits: dict[tuple[str, tuple[ShapeColumn, ...]], bool] = {}
 
     @classmethod
-    def on(cls, schemas: dict[str, TableSchema], conn: Any) -> Guard:
+    def on(cls, schemas: dict[str, TableSchema], conn: Any, since: dict[str, BinlogPosition] | None = None) -> Guard:
         """A guard that asks the server over `conn` for a table's schema as it is now."""
         from binlake.errors import ConfigError, RuntimeFailure
         from binlake.source import load_schema
@@ -225,11 +229,14 @@ class Guard:
             except (RuntimeFailure, ConfigError):  # gone, or its chunk-key columns are
                 return None
 
-        return cls(schemas, current)
+        return cls(schemas, current, since)
 
     def check(self, item: SchemaChange | TableShape) -> None:
         schema = self.schemas.get(item.table)
         if schema is None:
+            return
+        since = self.since.get(item.table)
+        if since is not None and item.position < since:
             return
         if isinstance(item, TableShape):
             key = (item.table, item.columns)

@@ -87,3 +87,13 @@ def test_an_error_raised_on_an_executor_is_rebuilt_on_the_driver() -> None:
     assert isinstance(raised, SchemaChangedError) and raised.exit_code == 1
     assert raised.message == "captured table a.b changed at binlog b.000001:4: gone; fix it"
     assert raised_in_spark(RuntimeError("java.lang.OutOfMemoryError")) is None
+
+
+def test_changes_already_inside_the_snapshot_are_no_concern() -> None:
+    from binlake.offsets import BinlogPosition
+
+    guard = Guard({"shop.orders": SCHEMA}, lambda name: None, {"shop.orders": BinlogPosition("b.000002", 4)})
+    guard.check(SchemaChange("shop.orders", "truncate", "b.000001", 900))
+    guard.check(TableShape("shop.orders", SHAPE[:-1], "b.000001", 950))
+    with pytest.raises(SchemaChangedError, match="TRUNCATE"):
+        guard.check(SchemaChange("shop.orders", "truncate", "b.000002", 4))

@@ -159,7 +159,9 @@ class BinlogReader(DataSourceStreamReader):
         conn = connect(params)
         try:
             handover.bind(conn)
-            guard = Guard.on(schemas, conn)
+            # a table snapshotted again after a change starts at its new chunks' high watermarks
+            guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
+                                             if ss and all(s.hw is not None for s in ss)})
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
