@@ -22,6 +22,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
 from binlake.reconnect import Backoff, is_connection_lost
+from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +132,15 @@ def read_changes(
     is_mariadb: bool = True,
     on_position: Callable[[BinlogPosition, int], None] | None = None,
     reconnect_timeout: float = 0,
-) -> Iterator[RowChange]:
+    ddl: bool = False,
+) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
     Without `stop`, reads to the current end of the binlog. `on_position(pos, ts)` is called after
     every event with the position after it, so callers can record progress for idle tables too.
+    With `ddl`, also yields, in binlog order, a `SchemaChange` for each DDL statement naming a wanted
+    table and a `TableShape` before the first row event of a wanted table and whenever its columns differ
+    from the previous row event's.
 
     A connection lost mid-read is reopened (with backoff, for up to `reconnect_timeout` seconds) at
     the start of the transaction being read, not at the last event: a row event decodes only after
@@ -149,6 +154,7 @@ def read_changes(
     done = start  # events starting before this were handled completely
     in_txn = False
     gtid: str | None = None
+    shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]] = {}
     while True:
         stream = _open(params, server_id, txn_start)
         try:
@@ -195,8 +201,15 @@ def read_changes(
                     continue  # yielded before the connection was lost
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     if wanted(event.schema, event.table):
+                        if ddl:
+                            yield from _shape_change(shapes, event, file, begin)
                         yield from _rows(event, file, begin, gtid)
                 elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
+                    if ddl and isinstance(event, QueryEvent):
+                        default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
+                        for kind, db, table in ddl_tables(event.query, default_db):
+                            if wanted(db, table):
+                                yield SchemaChange(f"{db}.{table}", kind, file, begin)
                     gtid = None
                     in_txn = False
                     if end:
@@ -207,6 +220,20 @@ def read_changes(
                         on_position(BinlogPosition(file, end), int(event.timestamp))
         finally:
             stream.close()
+
+
+def _shape_change(shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]], event: Any, file: str,
+                  begin: int) -> Iterator[TableShape]:
+    """A `TableShape` when the event's columns differ from the table's previous row event's."""
+    name = f"{event.schema}.{event.table}"
+    # the server gives a table a new table id when its definition changes, so the columns are
+    # compared again only when the id does
+    seen = shapes.get(name)
+    if seen is None or seen[0] != event.table_id:
+        shape = shape_of(event.columns)
+        if seen is None or seen[1] != shape:
+            yield TableShape(name, shape, file, begin)
+        shapes[name] = (event.table_id, shape)
 
 
 def _query(event: Any) -> str:

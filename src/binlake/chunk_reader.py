@@ -23,10 +23,11 @@ from typing import Any
 
 from binlake import faults
 from binlake.errors import RuntimeFailure
-from binlake.binlog_reader import read_changes, split_key_change
+from binlake.binlog_reader import RowChange, read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
+from binlake.schema_changes import Guard
 from binlake.source import connect, master_position, select_rows
 from binlake.splits import Split
 
@@ -114,7 +115,11 @@ def read_chunk(
         folded = 0
         if hw > lw:
             member = Membership(KeyOrder(schema, conn), split)
-            for change in _changes(params, schema, server_id, lw, hw, is_mariadb):
+            guard = Guard.on({schema.name: schema}, conn)
+            for change in _changes(params, schema, server_id, lw, hw, is_mariadb, ddl=True):
+                if not isinstance(change, RowChange):
+                    guard.check(change)
+                    continue
                 for part in split_key_change(change, schema.key, operator.eq):
                     folded += 1
                     _fold(schema, buffer, member, part)
@@ -132,9 +137,9 @@ def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
 
 
 def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: BinlogPosition,
-             hw: BinlogPosition, is_mariadb: bool) -> Iterator[Any]:
+             hw: BinlogPosition, is_mariadb: bool, ddl: bool = False) -> Iterator[Any]:
     return read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
-                        is_mariadb=is_mariadb)
+                        is_mariadb=is_mariadb, ddl=ddl)
 
 
 # chunk reads of a key-less table on a server without binlog_snapshot_position, before giving up

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from binlake import config as config_mod
-from binlake.errors import BinlakeError
+from binlake.errors import BinlakeError, raised_in_spark
 
 log = logging.getLogger("binlake")
 
@@ -172,5 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     except BinlakeError as exc:
         print(f"binlake: {exc.message}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:  # a Spark job failed: an error a reader raised comes back inside its text
+        raised = raised_in_spark(exc)
+        if raised is None:
+            raise
+        print(f"binlake: {raised.message}", file=sys.stderr)
+        return raised.exit_code
     except KeyboardInterrupt:
         return 130

@@ -4,7 +4,8 @@ BinlakeError
 ├── ConfigError        bad configuration or unsupported source setup (exit code 2)
 │   └── SourceSetupError   a server variable or privilege the algorithm needs is missing
 └── RuntimeFailure     the pipeline could not do its work (exit code 1)
-    └── PositionGoneError  a stored binlog position is no longer on the server
+    ├── PositionGoneError  a stored binlog position is no longer on the server
+    └── SchemaChangedError a captured table changed in a way bronze and silver cannot follow yet
 
 Every message is one line that names the setting, the value found, the value needed and the fix.
 Exceptions keep their message through pickling, because errors raised on Spark executors reach the
@@ -12,6 +13,8 @@ driver as text.
 """
 
 from __future__ import annotations
+
+import re
 
 
 class BinlakeError(Exception):
@@ -44,5 +47,23 @@ class PositionGoneError(RuntimeFailure):
     pass
 
 
+class SchemaChangedError(RuntimeFailure):
+    pass
+
+
 class NotBuiltError(BinlakeError):
     exit_code = 2
+
+
+_RAISED = re.compile(r"binlake\.errors\.(\w+): (.+)")
+
+
+def raised_in_spark(exc: BaseException) -> BinlakeError | None:
+    """The binlake error a Spark executor raised, rebuilt from the text Spark carries to the driver
+    (the Python worker's traceback ends with `binlake.errors.<Class>: <message>`)."""
+    found = _RAISED.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    cls = globals().get(name)
+    return cls(message.strip()) if isinstance(cls, type) and issubclass(cls, BinlakeError) else None

@@ -76,10 +76,22 @@ class Context:
                         "least one: fix the regexes (they match 'db.table' in full)"
                     )
                 chunk_keys = self.cfg.get("source.chunk-key")
-                self._schemas = {f"{d}.{t}": load_schema(conn, d, t, chunk_keys) for d, t in tables}
+                self._schemas = {f"{d}.{t}": self._captured(load_schema(conn, d, t, chunk_keys)) for d, t in tables}
             finally:
                 conn.close()
         return self._schemas
+
+    def _captured(self, schema: TableSchema) -> TableSchema:
+        """The schema bronze and silver were made with, kept from the table's first capture: the
+        server's may have changed since, and the binlog's schema guard compares against this one."""
+        path = self.target.captured_schema(schema.name)
+        if path.exists():
+            return TableSchema.from_dict(json.loads(path.read_text()))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(schema.to_dict(), ensure_ascii=False))
+        tmp.replace(path)
+        return schema
 
     def reader_ids(self) -> list[int]:
         ids = self.cfg.server_ids

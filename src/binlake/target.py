@@ -56,6 +56,11 @@ class Target:
     def checkpoint(self) -> str:
         return str(self.root / "_binlake" / "checkpoint")
 
+    def captured_schema(self, source: str) -> Path:
+        """The table's schema as binlake first captured it: what bronze and silver hold."""
+        db, table = source.split(".", 1)
+        return self.root / "_binlake" / "schemas" / f"{_safe(db)}__{_safe(table)}.json"
+
     @property
     def stream_start(self) -> Path:
         """Where a stream without a snapshot starts (see `binlake.startup`)."""

@@ -170,10 +170,11 @@ class BinlogReader(DataSourceStreamReader):
         return [BinlogRange(start, end)]
 
     def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
-        from binlake.binlog_reader import read_changes, split_key_change
+        from binlake.binlog_reader import RowChange, read_changes, split_key_change
         from binlake.handover import Handover
         from binlake.reconnect import retrying
         from binlake.schema import TableSchema
+        from binlake.schema_changes import Guard
         from binlake.source import connect
         from binlake.splits import Split
 
@@ -188,15 +189,21 @@ class BinlogReader(DataSourceStreamReader):
         conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
         try:
             handover.bind(conn)
+            # a table snapshotted again after a change starts at its new chunks' high watermarks
+            guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
+                                             if ss and all(s.hw is not None for s in ss)})
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
-                is_mariadb=self.job.get("is_mariadb", True), reconnect_timeout=patience,
+                is_mariadb=self.job.get("is_mariadb", True), reconnect_timeout=patience, ddl=True,
             )
             rows: list[tuple[Any, ...]] = []
             size = 0
             since = self.job.get("since")
             for change in changes:
+                if not isinstance(change, RowChange):
+                    guard.check(change)  # stops before any row of a changed table is written
+                    continue
                 if since is not None and change.ts < since:
                     continue  # startup mode timestamp: written before the requested time
                 schema = schemas[change.table]

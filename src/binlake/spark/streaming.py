@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from binlake import bronze, faults, silver
-from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure
+from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
 from binlake.offsets import BinlogPosition
 from binlake.startup import SNAPSHOT_MODES, Start
 
@@ -167,7 +167,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
             done = committed_offset(checkpoint)
             if (done is not None and done >= target) or start >= target:
                 break
-            query.awaitTermination(0.2)
+            _await(query, 0.2)
         if query.isActive:
             query.stop()
         _await(query)
@@ -181,7 +181,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     old = signal.signal(signal.SIGTERM, ask_stop)
     try:
         while query.isActive and not stop["asked"]:
-            query.awaitTermination(1)
+            _await(query, 1)
         if stop["asked"]:
             _stop_between_batches(query)
     finally:
@@ -208,22 +208,24 @@ def _stop_between_batches(query: Any) -> None:
     _await(query)
 
 
-def _await(query: Any) -> None:
-    """Wait for the query to end; a failure becomes one line with the first cause, not a JVM trace."""
+def _await(query: Any, timeout: float | None = None) -> None:
+    """Wait for the query to end (or `timeout` seconds); a failure becomes one line: the binlake error a
+    reader raised, else the first cause, never a JVM trace."""
     from pyspark.errors import StreamingQueryException
 
     try:
-        query.awaitTermination()
+        if timeout is None:
+            query.awaitTermination()
+        else:
+            query.awaitTermination(timeout)
     except StreamingQueryException as exc:
-        gone = next((ln for ln in str(exc).splitlines() if "has been purged from the server" in ln), None)
+        raised = raised_in_spark(exc)
+        if raised is not None:
+            raise raised from None
+        lines = str(exc).splitlines()
+        gone = next((ln for ln in lines if "has been purged from the server" in ln), None)
         if gone is not None:
             raise PositionGoneError(gone[gone.index("binlog file"):].strip()) from None
-        lines = str(exc).splitlines()
-        # a binlake error raised inside the source (on an executor or in the driver's Python
-        # worker) is already one line for the user: pass it on without Spark's wrapping
-        ours = next((ln.split("binlake.errors.", 1)[1] for ln in lines if "binlake.errors." in ln), None)
-        if ours is not None:
-            raise RuntimeFailure(ours.split(": ", 1)[-1].strip()[:800]) from None
         cause = next((ln.strip() for ln in lines if "Error" in ln or "binlake" in ln), str(exc)[:300])
         raise RuntimeFailure(f"stream failed: {cause[:500]}") from None
 
