@@ -156,7 +156,8 @@ def test_source_restart_while_streaming(private_db: DevDb, spark, tmp_path: Path
     run = start_run(cfg_path, "--set", "source.reconnect-timeout=3", "--set", "source.connect-timeout=2")
     try:
         with private_db.connect(database) as conn, conn.cursor() as cur:
-            cur.execute("UPDATE t SET v = 'streaming' WHERE id = 1")
+            # an insert of a new key always writes an event (an update of a row the writers deleted would not)
+            cur.execute("INSERT INTO t VALUES (999999999, 1, 'streaming', 1, NOW(6), NULL)")
         # the position is newer than anything committed so far: reached only once this run streams
         wait_for("the restarted run to stream", caught_up(private_db, target.checkpoint), run)
         private_db.stop()
