@@ -4,7 +4,7 @@ setup:
 	@bash scripts/setup.sh
 
 test: setup
-	.venv/bin/python -m pytest -q tests
+	.venv/bin/python -m pytest -q --durations=30 tests
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit tests/bundle
