@@ -141,8 +141,11 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     job = stream_job.build(ctx)
     assert set(job.schemas) == set(shop.tables)
     body = job.job
-    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb", "until"}
+    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb", "until", "since",
+                         "reconnect_timeout"}
     assert body["until"] is None  # the pipeline streams on; only --until-caught-up stops at a position
+    assert body["since"] is None  # only startup mode timestamp skips changes written before a time
+    assert body["reconnect_timeout"] == shop.cfg.get("source.reconnect-timeout")
     assert "password" not in body["connection"]
     assert body["server_id"] == 6410
     assert body["is_mariadb"] is True

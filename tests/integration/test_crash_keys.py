@@ -89,7 +89,7 @@ def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev
             assert crashed.returncode == -9, f"not killed at {point}: rc={crashed.returncode} {crashed.stderr[-2000:]}"
             if point.startswith("mid_plan"):
                 planned = state.load(spark, Target.of(load(cfg_path)).split_state, 8)
-                assert planned and all(s.end is not None for ss in planned.values() for s in ss[-1:]), \
+                assert planned and any(s.end is not None for ss in planned.values() for s in ss[-1:]), \
                     "the crash must leave a table half planned"
         cfg = load(cfg_path)
         run(cfg, until_caught_up=True)  # the restart, in this process, writers still running
