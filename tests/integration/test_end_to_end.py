@@ -12,9 +12,11 @@ from binlake.binlog_reader import read_changes, split_key_change
 from binlake.config import load
 from binlake.handover import Handover
 from binlake.offsets import BinlogPosition
+from binlake.pipeline import run, stream
 from binlake.source import connect, load_schema, master_position
 from binlake.spark import state
 from binlake.target import Target
+from binlake.verify import verify
 
 from .helpers import params
 from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
@@ -29,17 +31,15 @@ def test_concurrent_writers_handover_and_verify(dev_db, database, spark, tmp_pat
         first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
         assert first.returncode == 0, first.stderr[-3000:]
     assert writers.ops > 100, "the writers must have raced the snapshot"
-    second = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert second.returncode == 0, second.stderr[-3000:]
-
     cfg = load(cfg_path)
+    run(cfg, until_caught_up=True)  # the changes the writers made after the first run's last batch
     target = Target.of(cfg)
     name = f"{database}.t"
     splits = state.load(spark, target.split_state, 16)[name]
     assert len(splits) >= 8 and all(s.status == "done" for s in splits)
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
-    verify = run_cli("verify", "-c", str(cfg_path))
-    assert verify.returncode == 0, verify.stdout + verify.stderr[-2000:]
+    report = verify(cfg)
+    assert report["ok"], report
 
     # Handover: exactly the binlog changes at or after their chunk's HW are in bronze, once each.
     p = params(dev_db)
@@ -88,20 +88,19 @@ def test_verify_names_the_chunk_that_differs_and_replay_changes_nothing(dev_db, 
     port = dev_db.running_port()
     create_table(port, database, 3000)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=500, group_size=8)
-    assert run_cli("run", "-c", str(cfg_path), "--until-caught-up").returncode == 0
+    cfg = load(cfg_path)
+    run(cfg, until_caught_up=True)
     with connect(params(dev_db)) as conn, conn.cursor() as cur:
         cur.execute(f"UPDATE `{database}`.t SET v = 'late' WHERE id BETWEEN 10 AND 20")
         cur.execute(f"DELETE FROM `{database}`.t WHERE id = 2990")
-    assert run_cli("run", "-c", str(cfg_path), "--until-caught-up").returncode == 0
-    cfg = load(cfg_path)
+    run(cfg, until_caught_up=True)
     silver = Target.of(cfg).silver(f"{database}.t").location
     before = spark.read.format("delta").load(silver)
     kept = spark.createDataFrame(before.collect(), before.schema)
 
     # replay the whole stream from min(HW): a fresh checkpoint re-reads every change
     shutil.rmtree(Target.of(cfg).checkpoint)
-    again = run_cli("stream", "-c", str(cfg_path), "--until-caught-up")
-    assert again.returncode == 0, again.stderr[-2000:]
+    stream(cfg, until_caught_up=True)
     assert_df_equality(kept, spark.read.format("delta").load(silver), ignore_row_order=True)
 
     # tamper with silver: verify must fail and name chunk 0 (ids < 500) and the last chunk

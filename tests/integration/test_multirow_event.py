@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from binlake.config import load
 from binlake.devdb import DevDb
+from binlake.pipeline import run
 from binlake.spark.sources import BATCH_ROWS
 from binlake.target import Target
 
@@ -43,8 +44,8 @@ def test_kill_inside_one_50k_row_event_then_restart(one_event_db: DevDb, spark: 
         cur.execute("CREATE DATABASE big")
     create_table(port, "big", ROWS)
     cfg_path = write_config(tmp_path / "binlake.yml", port, "big", tmp_path / "lake", chunk_size=10_000, group_size=4)
-    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert first.returncode == 0, first.stderr[-3000:]
+    cfg = load(cfg_path)
+    run(cfg, until_caught_up=True)
 
     with db.connect("big") as conn, conn.cursor() as cur:
         cur.execute("SHOW MASTER STATUS")
@@ -61,7 +62,6 @@ def test_kill_inside_one_50k_row_event_then_restart(one_event_db: DevDb, spark: 
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert len(counter.read_text().splitlines()) == 2
 
-    cfg = load(cfg_path)
     target = Target.of(cfg)
     b = target.bronze("big.t").location
 
@@ -79,8 +79,7 @@ def test_kill_inside_one_50k_row_event_then_restart(one_event_db: DevDb, spark: 
     landed = event_rows().groupBy("_file", "_pos").count().collect()
     assert [r["count"] for r in landed] == [ROWS], f"{landed}; the event: {events[0]}"
 
-    final = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert final.returncode == 0, final.stderr[-3000:]
+    run(cfg, until_caught_up=True)
     seen = event_rows().agg(F.count("*").alias("n"), F.countDistinct("_seq").alias("seqs"),
                             F.countDistinct("id").alias("ids"), F.min("_seq").alias("lo"),
                             F.max("_seq").alias("hi")).first()

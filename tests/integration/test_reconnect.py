@@ -25,7 +25,7 @@ from binlake.source import connect, master_position
 from binlake.spark.streaming import committed_offset
 from binlake.target import Target
 
-from .workload import BINLAKE, ROOT, Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config
+from .workload import BINLAKE, CLI_ENV, ROOT, Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def private_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
 
 
 def start_run(cfg_path: Path, *extra: str) -> subprocess.Popen[str]:
-    env = dict(os.environ)
+    env = dict(os.environ, **CLI_ENV)
     env.pop("BINLAKE_RUN_PGID", None)
     return subprocess.Popen([*BINLAKE, "run", "-c", str(cfg_path), *extra], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

@@ -15,6 +15,8 @@ import pymysql
 
 ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = [sys.executable, "-m", "binlake"]
+# A CLI run in a test lives for a minute at most: the client compiler alone starts it with much less CPU
+CLI_ENV = {"JDK_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 TABLE_DDL = (
     "CREATE TABLE t (id INT PRIMARY KEY, k INT NOT NULL, v VARCHAR(64), amount DECIMAL(12,2), "
@@ -42,7 +44,7 @@ def write_config(path: Path, port: int, database: str, lake: Path, chunk_size: i
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    full_env = dict(os.environ, **(env or {}))
+    full_env = dict(os.environ, **CLI_ENV, **(env or {}))
     full_env.pop("BINLAKE_RUN_PGID", None)
     return subprocess.run([*BINLAKE, *args], cwd=ROOT, env=full_env, capture_output=True, text=True,
                           timeout=timeout, start_new_session=True)

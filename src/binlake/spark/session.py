@@ -55,6 +55,8 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # the Python side's connection to a JVM result socket; 15 s is too short on a loaded machine
+        .config("spark.python.authenticate.socketTimeout", "120s")
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
