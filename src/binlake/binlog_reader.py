@@ -105,8 +105,9 @@ def _failure(exc: Exception, start: BinlogPosition, server_id: int) -> Exception
     # MySQL refuses a second replica with the same id with error 1236 too, so this test comes first
     if "server_id" in text.lower() or "server id" in text.lower():
         return RuntimeFailure(
-            f"binlog reader server id {server_id} is in use by another replica; "
-            "set source.server-id to an unused range"
+            f"binlog reader server id {server_id} was taken over by another replica or binlake pipeline "
+            "connecting with the same id; binlake needs ids no other reader of this source uses: set "
+            "source.server-id to a free range"
         )
     if "1236" in text or "Could not find first log file" in text or "purged" in text:
         return PositionGoneError(purged_message(start))

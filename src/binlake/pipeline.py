@@ -24,6 +24,7 @@ from binlake.schema import TableSchema
 from binlake.source import captured_tables, connect, load_schema, master_position
 from binlake.splits import Split
 from binlake.target import Target
+from binlake.validation import check_server_ids
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class Context:
     spark: Any = field(init=False, default=None)
     _schemas: dict[str, TableSchema] | None = field(init=False, default=None)
     is_mariadb: bool = field(init=False, default=True)
+    ids_checked: bool = field(init=False, default=False)  # no registered replica uses our server ids
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -369,6 +371,8 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
     from binlake.spark.streaming import run_stream
 
     ctx = ctx or Context(cfg)
+    if not ctx.ids_checked:
+        check_server_ids(cfg)
     for _attempt in range(3):
         try:
             check_position(ctx)
@@ -436,7 +440,9 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
     from binlake.startup import SNAPSHOT_MODES, validate
 
     validate(cfg)
+    check_server_ids(cfg)
     ctx = Context(cfg)
+    ctx.ids_checked = True
     mode = cfg.get("stream.startup-mode")
     if mode in SNAPSHOT_MODES:
         plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))

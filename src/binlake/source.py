@@ -83,6 +83,20 @@ def master_position(conn: pymysql.connections.Connection) -> BinlogPosition:
     return BinlogPosition(row[0], int(row[1]))
 
 
+def registered_replicas(conn: pymysql.connections.Connection) -> list[tuple[int, str]] | None:
+    """(server id, host) of each replica registered on the source, or None when the account may not
+    list them (MariaDB wants REPLICATION MASTER ADMIN, MySQL REPLICATION SLAVE)."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW SLAVE HOSTS")
+            names = [d[0].lower() for d in cur.description or ()]
+            rows = cur.fetchall()
+    except (pymysql.err.OperationalError, pymysql.err.ProgrammingError):
+        return None
+    sid, host = names.index("server_id"), names.index("host")
+    return [(int(r[sid]), str(r[host] or "")) for r in rows]
+
+
 def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")

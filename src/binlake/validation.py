@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import pymysql
 
-from binlake.config import MASK, Config
+from binlake.config import MASK, Config, ServerIdRange
+from binlake.errors import ConfigError
+from binlake.source import registered_replicas
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +274,36 @@ def problems(facts: SourceFacts, table_patterns: list[str]) -> list[str]:
     return out
 
 
+def server_id_problem(ids: ServerIdRange, setting: str, replicas: list[tuple[int, str]] | None) -> str | None:
+    """A line when a replica registered on the source uses an id of binlake's range: the server lets
+    one connection per id read the binlog and drops the other, so both would keep failing."""
+    taken = [(sid, host) for sid, host in replicas or [] if ids.first <= sid <= ids.last]
+    if not taken:
+        return None
+    used = {sid for sid, _ in replicas or []}
+    first = max(used | {ids.last}) + 1
+    sid, host = taken[0]
+    return (
+        f"source.server-id {setting} includes server id {sid}, which a replica registered on the source "
+        f"(host {host or '?'}) uses; binlake needs ids no other replica uses: set source.server-id to a free "
+        f"range such as {first}-{first + len(ids) - 1}"
+    )
+
+
+def check_server_ids(cfg: Config) -> None:
+    """Fail with a ConfigError before reading when a registered replica uses one of our server ids."""
+    from binlake.source import connect
+
+    conn = connect(cfg.connection())
+    try:
+        replicas = registered_replicas(conn)
+    finally:
+        conn.close()
+    line = server_id_problem(cfg.server_ids, cfg.get("source.server-id"), replicas)
+    if line:
+        raise ConfigError(line)
+
+
 def _source_problem(cfg: Config, what: str, exc: Exception) -> str:
     settings = cfg.connection()
     reason = " ".join(" ".join(str(a) for a in exc.args).split()) or type(exc).__name__
@@ -294,9 +326,11 @@ def check(cfg: Config) -> list[str]:
         return [_source_problem(cfg, "cannot connect to", exc)]
     try:
         facts = SourceFacts.read(conn)
+        replicas = registered_replicas(conn)
     except pymysql.MySQLError as exc:
         return [_source_problem(cfg, "cannot read the setup of", exc)]
     finally:
         conn.close()
     log.info("source %s is %s, account %s", cfg.get("source.hostname"), facts.version, facts.account)
-    return problems(facts, cfg.tables)
+    ids = server_id_problem(cfg.server_ids, cfg.get("source.server-id"), replicas)
+    return problems(facts, cfg.tables) + ([ids] if ids else [])
