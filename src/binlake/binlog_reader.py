@@ -209,7 +209,8 @@ def read_changes(
                     if ddl and isinstance(event, QueryEvent):
                         default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
                         for kind, db, table in ddl_tables(event.query, default_db):
-                            if wanted(db, table):
+                            # the guard knows which tables a DROP DATABASE takes, and which new ones match
+                            if wanted(db, table) or kind in ("drop_database", "create_table", "rename"):
                                 yield SchemaChange(f"{db}.{table}", kind, file, begin)
                     gtid = None
                     in_txn = False

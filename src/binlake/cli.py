@@ -112,7 +112,7 @@ def startup_flags(p: argparse.ArgumentParser) -> None:
 
     # free text, not argparse choices: a bad value gets binlake's one-line error and exit code 2
     p.add_argument("--startup-mode", metavar="|".join(STARTUP_MODES), help="stream.startup-mode")
-    p.add_argument("--startup-position", metavar="FILE:POS", help="stream.startup-position (mode specific)")
+    p.add_argument("--startup-position", metavar="FILE:POS|GTIDS", help="stream.startup-position (mode specific)")
     p.add_argument("--startup-timestamp", type=int, metavar="UNIX_SECONDS",
                    help="stream.startup-timestamp (mode timestamp)")
 

@@ -5,7 +5,9 @@ BinlakeError
 │   └── SourceSetupError   a server variable or privilege the algorithm needs is missing
 └── RuntimeFailure     the pipeline could not do its work (exit code 1)
     ├── PositionGoneError  a stored binlog position is no longer on the server
-    └── SchemaChangedError a captured table changed in a way bronze and silver cannot follow yet
+    ├── SchemaChangedError a captured table changed in a way bronze and silver cannot follow yet
+    └── NewTableError      a table created while streaming now matches source.tables (the stream
+                           snapshots it and restarts; the error escapes only where it cannot)
 
 Every message is one line that names the setting, the value found, the value needed and the fix.
 Exceptions keep their message through pickling, because errors raised on Spark executors reach the
@@ -48,6 +50,10 @@ class PositionGoneError(RuntimeFailure):
 
 
 class SchemaChangedError(RuntimeFailure):
+    pass
+
+
+class NewTableError(RuntimeFailure):
     pass
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from binlake import bronze, faults, silver
 from binlake.spark import state as split_state
 from binlake.config import Config
-from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure
+from binlake.errors import ConfigError, NewTableError, PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source import captured_tables, connect, load_schema, master_position
@@ -44,6 +44,7 @@ class Context:
     _schemas: dict[str, TableSchema] | None = field(init=False, default=None)
     is_mariadb: bool = field(init=False, default=True)
     ids_checked: bool = field(init=False, default=False)  # no registered replica uses our server ids
+    new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -373,12 +374,16 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
     ctx = ctx or Context(cfg)
     if not ctx.ids_checked:
         check_server_ids(cfg)
-    for _attempt in range(3):
+    attempt = 0
+    while attempt < 3:
         try:
             check_position(ctx)
             run_stream(ctx, until_caught_up)
             return
+        except NewTableError as new:
+            capture_new_tables(ctx, new)
         except PositionGoneError as gone:
+            attempt += 1
             if cfg.get("stream.on-purged") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
                 raise
             log.warning("%s; stream.on-purged is resnapshot: snapshotting %s again", gone.message,
@@ -386,6 +391,30 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             resnapshot(ctx)
     raise RuntimeFailure("the binlog was purged again during each of 3 fresh snapshots; binlake needs binlogs "
                          "kept longer than a snapshot takes: raise binlog_expire_logs_seconds on the server")
+
+
+def capture_new_tables(ctx: Context, new: NewTableError) -> None:
+    """A table came to match source.tables while streaming. The micro-batch that met its CREATE (or
+    RENAME) failed uncommitted; the table is planned and snapshotted like any other (in a mode without a
+    snapshot, it needs none: the replayed batch holds all of its rows), then the stream restarts and
+    replays that batch with the table captured. The handover passes only its changes after each of its
+    chunks' high watermark, so rows written between its creation and its snapshot are neither lost nor
+    repeated."""
+    from binlake.startup import SNAPSHOT_MODES
+
+    known = set(ctx.schemas())
+    ctx._schemas = None
+    added = sorted(set(ctx.schemas()) - known)
+    if not added:
+        # gone again by now (created and dropped): the replay's guard finds it missing and passes on;
+        # the same table twice would loop, so that is the error it is
+        if new.message in ctx.new_seen:
+            raise new
+        ctx.new_seen.add(new.message)
+    log.warning("capturing new tables %s (%s)", ", ".join(added), new.message.split(";")[0])
+    if ctx.cfg.get("stream.startup-mode") in SNAPSHOT_MODES:
+        plan(ctx.cfg, ctx)
+        snapshot(ctx.cfg, None, ctx, tables=added)
 
 
 def check_position(ctx: Context) -> None:

@@ -26,12 +26,12 @@ from binlake.errors import SchemaChangedError
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
 
-Kind = Literal["alter", "create", "drop", "rename", "truncate"]
+Kind = Literal["alter", "create", "drop", "rename", "truncate", "drop_database", "create_table"]
 
 
 @dataclass(frozen=True)
 class SchemaChange:
-    """A DDL statement naming `table` ("db.table"), at the position of its event."""
+    """A DDL statement naming `table` ("db.table"; "db.*" for DROP DATABASE), at the position of its event."""
 
     table: str
     kind: Kind
@@ -85,6 +85,8 @@ _STATEMENTS: list[tuple[Kind, re.Pattern[str]]] = [
                         re.I)),
     ("rename", re.compile(rf"RENAME\s+TABLES?\s+(.*)", re.I | re.S)),
     ("create", re.compile(rf"CREATE\s+OR\s+REPLACE\s+(?:TEMPORARY\s+)?TABLE\s+{_QUALIFIED}", re.I)),
+    ("create_table", re.compile(rf"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_QUALIFIED}", re.I)),
+    ("drop_database", re.compile(rf"DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.I)),
 ]
 
 
@@ -104,7 +106,9 @@ def ddl_tables(statement: str, default_db: str) -> list[tuple[Kind, str, str]]:
     """The `(kind, database, table)` each table-changing DDL statement names; [] for anything else.
 
     For `RENAME TABLE a TO b`, both `a` and `b` are named: a captured table renamed away is as gone
-    as a dropped one, and a table renamed onto a captured name replaces it.
+    as a dropped one, and a table renamed onto a captured name replaces it. `DROP DATABASE d` names
+    `("drop_database", "d", "*")`: every table in it. A plain `CREATE TABLE` is `create_table`: only a
+    table that is not captured yet can be created, so it matters only when it matches the patterns.
     """
     text = _COMMENT.sub(" ", statement).strip()
     for kind, pattern in _STATEMENTS:
@@ -115,6 +119,8 @@ def ddl_tables(statement: str, default_db: str) -> list[tuple[Kind, str, str]]:
             names = re.findall(_QUALIFIED, m.group(1))
         elif kind == "rename":
             names = re.findall(_QUALIFIED, re.sub(r"(?i)\s+TO\s+", ",", m.group(1)))
+        elif kind == "drop_database":
+            return [(kind, _unquote(m.group(1)), "*")]
         else:
             names = [m.group(1)]
         return [(kind, *_split_qualified(n, default_db)) for n in names]
@@ -210,14 +216,18 @@ class Guard:
     """
 
     def __init__(self, schemas: dict[str, TableSchema], current: Callable[[str], TableSchema | None],
-                 since: dict[str, BinlogPosition] | None = None) -> None:
+                 since: dict[str, BinlogPosition] | None = None, patterns: list[str] | None = None,
+                 exists: Callable[[str], bool] = lambda name: True) -> None:
         self.schemas = schemas
         self.current = current
         self.since = since or {}
+        self.patterns = patterns  # source.tables: a table created or renamed to a match is new
+        self.exists = exists  # whether a table is on the server now
         self._fits: dict[tuple[str, tuple[ShapeColumn, ...]], bool] = {}
 
     @classmethod
-    def on(cls, schemas: dict[str, TableSchema], conn: Any, since: dict[str, BinlogPosition] | None = None) -> Guard:
+    def on(cls, schemas: dict[str, TableSchema], conn: Any, since: dict[str, BinlogPosition] | None = None,
+           patterns: list[str] | None = None) -> Guard:
         """A guard that asks the server over `conn` for a table's schema as it is now."""
         from binlake.errors import ConfigError, RuntimeFailure
         from binlake.source import load_schema
@@ -229,11 +239,24 @@ class Guard:
             except (RuntimeFailure, ConfigError):  # gone, or its chunk-key columns are
                 return None
 
-        return cls(schemas, current, since)
+        def exists(name: str) -> bool:
+            database, _, table = name.partition(".")
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+                            "AND TABLE_TYPE = 'BASE TABLE'", (database, table))
+                return cur.fetchone() is not None
+
+        return cls(schemas, current, since, patterns, exists)
 
     def check(self, item: SchemaChange | TableShape) -> None:
+        if isinstance(item, SchemaChange) and item.kind == "drop_database" and item.table.endswith(".*"):
+            database = item.table[:-2]
+            for name in [n for n, s in self.schemas.items() if s.database == database]:
+                self.check(SchemaChange(name, item.kind, item.file, item.pos))
+            return
         schema = self.schemas.get(item.table)
         if schema is None:
+            self._new_table(item)
             return
         since = self.since.get(item.table)
         if since is not None and item.position < since:
@@ -246,6 +269,8 @@ class Guard:
                     raise _changed(item.table, item.position, why)
                 self._fits[key] = True
             return
+        if item.kind == "create_table":
+            return  # IF NOT EXISTS of the captured table (it was not there to create before its snapshot)
         if item.kind == "alter":
             now = self.current(item.table)
             if now is not None and _structure(now) == _structure(schema):
@@ -255,8 +280,25 @@ class Guard:
         else:
             why = {"truncate": "TRUNCATE TABLE emptied it (a truncate writes no row events)",
                    "drop": "DROP TABLE removed it", "rename": "RENAME TABLE renamed it or replaced it",
-                   "create": "CREATE OR REPLACE TABLE replaced it"}[item.kind]
+                   "create": "CREATE OR REPLACE TABLE replaced it",
+                   "drop_database": "DROP DATABASE removed it"}[item.kind]
         raise _changed(item.table, item.position, why)
+
+
+    def _new_table(self, item: SchemaChange | TableShape) -> None:
+        """A table that comes to match source.tables while streaming: created, or renamed to a match."""
+        from binlake.errors import NewTableError
+        from binlake.source import matches
+
+        if not self.patterns or not isinstance(item, SchemaChange) or item.kind not in ("create_table", "rename"):
+            return
+        database, _, table = item.table.partition(".")
+        # one created and dropped again is gone: nothing of it is left to capture
+        if matches(self.patterns, database, table) and self.exists(item.table):
+            raise NewTableError(
+                f"table {item.table} was created at binlog {item.position} and matches source.tables; binlake "
+                "captures it with a snapshot of its own, then streams on: run binlake run again if this stopped it"
+            )
 
 
 def _changed(table: str, position: BinlogPosition, why: str) -> SchemaChangedError:

@@ -48,11 +48,10 @@ def status(cfg: Config) -> dict[str, Any]:
             phase = "binlog"
         lag: float | None = None
         if position is not None:
-            if position >= head:
-                lag = 0.0
-            else:
-                last = progress.get("tables", {}).get(name, {}).get("last_event")
-                lag = round(time.time() - last, 1) if last else None
+            # the stream reads every table at one position: a table's lag is the stream's, however
+            # long ago its own last change was
+            head_at = progress.get("head_at")
+            lag = 0.0 if position >= head else round(max(0.0, time.time() - head_at), 1) if head_at else None
         tables.append({
             "source": name,
             "phase": phase,

@@ -64,6 +64,7 @@ def test_idle_table_position_advances_past_purged_files(dev_db, database, spark,
     listener = Progress()
     spark.streams.addListener(listener)
     try:
+        began = time.time()
         run(cfg, until_caught_up=True)  # no change of t in this run
         target = Target.of(cfg)
         moved = committed_offset(target.checkpoint)
@@ -71,6 +72,12 @@ def test_idle_table_position_advances_past_purged_files(dev_db, database, spark,
         report = status(cfg)["tables"][0]
         assert report["phase"] == "binlog" and report["binlog"]["position"] == str(moved)
         assert report["binlog"]["lag_seconds"] == 0.0
+        with dev_db.connect(database) as conn, conn.cursor() as cur:
+            cur.execute("UPDATE churn SET v = v + 1 WHERE id < 10")
+        time.sleep(2)
+        # t is idle and the stream stopped: t lags by the time since the stream last reached the head
+        lag = status(cfg)["tables"][0]["binlog"]["lag_seconds"]
+        assert lag is not None and 2 <= lag <= time.time() - began, lag
 
         with dev_db.connect(database) as conn:
             purge_up_to_now(conn, rotate=False)  # every file before the one the position is in

@@ -7,6 +7,7 @@ pull it from under the other tests."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -43,6 +44,26 @@ def start_run(cfg_path: Path, *extra: str) -> subprocess.Popen[str]:
     env.pop("BINLAKE_RUN_PGID", None)
     return subprocess.Popen([*BINLAKE, "run", "-c", str(cfg_path), *extra], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+@contextlib.contextmanager
+def running(cfg_path: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """A continuous `binlake run`, killed at the end if the test left it running."""
+    run = start_run(cfg_path, *extra)
+    try:
+        yield run
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+
+
+def stop_cleanly(run: subprocess.Popen[str]) -> str:
+    """SIGTERM: the run ends at a micro-batch boundary with exit code 0. Its stderr."""
+    run.send_signal(signal.SIGTERM)
+    _out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err[-3000:]
+    return err
 
 
 def wait_for(what: str, done: Callable[[], bool], run: subprocess.Popen[str], timeout: float = 900) -> None:
@@ -127,8 +148,7 @@ def test_source_restart_while_streaming(private_db: DevDb, spark, tmp_path: Path
     target = Target.of(cfg)
     name = f"{database}.t"
 
-    run = start_run(cfg_path, "--set", "source.reconnect-timeout=120", "--set", "source.connect-timeout=2")
-    try:
+    with running(cfg_path, "--set", "source.reconnect-timeout=120", "--set", "source.connect-timeout=2") as run:
         with Writers(port, database, rows, threads=1, pause=0.02):
             wait_for("a first micro-batch", lambda: committed_offset(target.checkpoint) is not None, run)
             time.sleep(2)
@@ -140,21 +160,13 @@ def test_source_restart_while_streaming(private_db: DevDb, spark, tmp_path: Path
             time.sleep(4)
         assert after.ops > 20  # (its inserts may collide with the first writers' fresh ids: same seed)
         wait_for("the stream to catch up after the restart", caught_up(private_db, target.checkpoint), run)
-
-        run.send_signal(signal.SIGTERM)
-        out, err = run.communicate(timeout=120)
-        assert run.returncode == 0, err[-3000:]
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
+        stop_cleanly(run)
 
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
     assert bronze_duplicates(spark, target.bronze(name).location) == 0
 
     # a source gone for longer than source.reconnect-timeout: the run fails loudly, exit code 1
-    run = start_run(cfg_path, "--set", "source.reconnect-timeout=3", "--set", "source.connect-timeout=2")
-    try:
+    with running(cfg_path, "--set", "source.reconnect-timeout=3", "--set", "source.connect-timeout=2") as run:
         with private_db.connect(database) as conn, conn.cursor() as cur:
             # an insert of a new key always writes an event (an update of a row the writers deleted would not)
             cur.execute("INSERT INTO t VALUES (999999999, 1, 'streaming', 1, NOW(6), NULL)")
@@ -162,10 +174,6 @@ def test_source_restart_while_streaming(private_db: DevDb, spark, tmp_path: Path
         wait_for("the restarted run to stream", caught_up(private_db, target.checkpoint), run)
         private_db.stop()
         out, err = run.communicate(timeout=600)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
     assert run.returncode == 1, err[-3000:]
     lines = [ln for ln in err.splitlines() if ln.startswith("binlake:")]
     assert len(lines) == 1 and "source.reconnect-timeout=3" in lines[0] and f":{port}" in lines[0], err[-3000:]

@@ -79,3 +79,6 @@ def test_truncate_between_the_watermarks_of_a_chunk_stops_the_chunk_read(dev_db,
                                                       "UPDATE t SET v = 5000000000 WHERE id = 1"))
     with pytest.raises(SchemaChangedError, match="after ALTER TABLE"):
         read_chunk(p, schema, split, server_id=6309, hooks=hooks)
+    hooks = Hooks(after_select=lambda: execute(dev_db, database, f"DROP DATABASE `{database}`"))
+    with pytest.raises(SchemaChangedError, match="DROP DATABASE removed it"):
+        read_chunk(p, schema, split, server_id=6309, hooks=hooks)

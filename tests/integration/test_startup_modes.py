@@ -4,6 +4,7 @@ for bad values."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from binlake.errors import ConfigError
 from binlake.pipeline import run
 from binlake.source import connect, master_position
 from binlake.spark.streaming import committed_offset
-from binlake.startup import parse_position, validate
+from binlake.startup import contains, parse_position, resolve, validate
 from binlake.target import Target
 
 from .helpers import params
@@ -72,6 +73,44 @@ def test_each_startup_mode(dev_db, database, spark, tmp_path: Path) -> None:  # 
     assert silver_rows(spark, Target.of(earliest).silver(name).location) == source_rows(port, database)
 
 
+def test_specific_gtid_position_starts_after_it_in_every_named_domain(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Two GTID domains interleave; the position names the last transaction had in each. The stream
+    starts at domain 0's first later transaction and skips domain 1's transactions up to the one
+    named, though they lie after that start."""
+    port = dev_db.running_port()
+    with dev_db.connect(database) as conn:
+        purge_up_to_now(conn)
+    create_table(port, database, 30)
+    had: dict[int, str] = {}
+
+    def update(cur, domain: int, row: int, v: str) -> str:  # type: ignore[no-untyped-def]
+        cur.execute(f"SET SESSION gtid_domain_id = {domain}")
+        cur.execute(f"UPDATE t SET v = '{v}' WHERE id = {row}")
+        cur.execute("SELECT @@last_gtid")
+        return str(cur.fetchone()[0])
+
+    with dev_db.connect(database) as conn, conn.cursor() as cur:
+        had[0] = update(cur, 0, 1, "had 0")
+        new = update(cur, 0, 2, "new 0")
+        update(cur, 1, 3, "had 1")
+        had[1] = update(cur, 1, 4, "had 1 too")
+        update(cur, 1, 5, "new 1")
+        update(cur, 0, 6, "new 0 again")
+        cur.execute(f"SHOW BINLOG EVENTS IN '{master_position(conn).file}'")
+        new_at = [int(r[1]) for r in cur.fetchall() if r[2] == "Gtid" and r[5].endswith(new)]
+    assert [g.split("-")[0] for g in (had[0], had[1], new)] == ["0", "1", "0"]
+
+    path = write_config(tmp_path / "gtid.yml", port, database, tmp_path / "gtid", chunk_size=50, group_size=4)
+    cfg = load(path, ["stream.startup-mode=specific", f"stream.startup-position={had[0]},{had[1]}"])
+    run(cfg, until_caught_up=True)
+    rows = silver_rows(spark, Target.of(cfg).silver(f"{database}.t").location)
+    assert [r[0] for r in rows] == [2, 5, 6]
+    assert rows == [r for r in source_rows(port, database) if r[0] in (2, 5, 6)]
+    start = json.loads(Target.of(cfg).stream_start.read_text())
+    assert start["position"]["pos"] == new_at[0] and start["applied"] == {"0": int(had[0].split("-")[2]),
+                                                                          "1": int(had[1].split("-")[2])}
+
+
 def test_startup_settings_refused_with_the_fix(dev_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match=r"stream.startup-mode is 'newest'.*'latest'"):
         load(None, ["stream.startup-mode=newest"])
@@ -81,12 +120,19 @@ def test_startup_settings_refused_with_the_fix(dev_db, tmp_path: Path) -> None: 
         validate(load(None, ["stream.startup-mode=timestamp"]))
     with pytest.raises(ConfigError, match=r"stream.startup-position is 'mysql-bin.000001'.*file:position"):
         parse_position("mysql-bin.000001")
+    assert parse_position("0-1-42, 3-7-9") == {"0": 42, "3": 9}
+    with pytest.raises(ConfigError, match=r"names GTID domain 0 twice"):
+        parse_position("0-1-42,0-2-50")
+    assert contains({"0": 42}, "0-9-42") and not contains({"0": 42}, "0-1-43") and not contains({"0": 42}, "1-1-5")
+    with pytest.raises(ConfigError, match=r"the MySQL GTID set .*MariaDB only.*'file:position'"):
+        parse_position("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
+    cfg = load(None, ["stream.startup-mode=specific", "stream.startup-position=0-1-999999999"])
+    with pytest.raises(ConfigError, match=r"is a MariaDB GTID position but the source is MySQL"):
+        resolve(cfg, connect(params(dev_db)), False, tmp_path / "start-mysql.json")
     conn = connect(params(dev_db))
     head = master_position(conn)
     conn.close()
     cfg_path = write_config(tmp_path / "b.yml", dev_db.running_port(), "nodb", tmp_path / "lake", 50, 4)
     cfg = load(cfg_path, ["stream.startup-mode=specific", f"stream.startup-position=mysql-bin.000000:4"])
-    from binlake.startup import resolve
-
     with pytest.raises(ConfigError, match=rf"mysql-bin.000000, which the server does not have .*{head.file}"):
         resolve(cfg, connect(params(dev_db)), True, tmp_path / "start.json")

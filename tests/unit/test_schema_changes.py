@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from binlake.errors import SchemaChangedError
+from binlake.errors import NewTableError, SchemaChangedError
 from binlake.schema import Column, TableSchema
 from binlake.schema_changes import Guard, SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_difference
 
@@ -31,7 +31,11 @@ SHAPE = (ShapeColumn("id", 8, unsigned=True), ShapeColumn("amount", 246, precisi
      [("rename", "shop", "orders"), ("rename", "shop", "orders_old"), ("rename", "shop", "orders_new"),
       ("rename", "shop", "orders")]),
     ("CREATE OR REPLACE TABLE shop.orders (id INT)", [("create", "shop", "orders")]),
-    ("CREATE TABLE orders2 (id INT)", []),
+    ("DROP DATABASE `sh``op`", [("drop_database", "sh`op", "*")]),
+    ("drop schema if exists other", [("drop_database", "other", "*")]),
+    ("CREATE TABLE orders2 (id INT)", [("create_table", "shop", "orders2")]),
+    ("create table if not exists other.`n 1` like orders", [("create_table", "other", "n 1")]),
+    ("CREATE TEMPORARY TABLE tmp (id INT)", []),
     ("INSERT INTO orders VALUES (1)", []),
     ("BEGIN", []),
 ])
@@ -72,9 +76,27 @@ def test_guard_lets_harmless_alters_pass_and_stops_at_the_rest() -> None:
         guard.check(SchemaChange("shop.orders", "truncate", "b.000001", 300))
     with pytest.raises(SchemaChangedError, match="columns gone: note"):
         guard.check(TableShape("shop.orders", SHAPE[:-1], "b.000001", 400))
+    guard.check(SchemaChange("other.*", "drop_database", "b.000001", 450))  # no captured table in it
+    with pytest.raises(SchemaChangedError, match=r"shop\.orders changed at binlog b\.000001:460: DROP DATABASE"):
+        guard.check(SchemaChange("shop.*", "drop_database", "b.000001", 460))
     gone = Guard({"shop.orders": SCHEMA}, lambda name: None)
     with pytest.raises(SchemaChangedError, match="the table is gone"):
         gone.check(SchemaChange("shop.orders", "alter", "b.000001", 500))
+
+
+def test_a_table_created_or_renamed_to_match_the_patterns_is_new() -> None:
+    on_server = {"shop.orders_2024", "shop.orders_new"}
+    guard = Guard({"shop.orders": SCHEMA}, lambda name: SCHEMA, patterns=[r"shop\.orders.*"],
+                  exists=lambda name: name in on_server)
+    with pytest.raises(NewTableError, match=r"shop\.orders_2024 was created at binlog b\.000001:10 and matches"):
+        guard.check(SchemaChange("shop.orders_2024", "create_table", "b.000001", 10))
+    with pytest.raises(NewTableError, match=r"shop\.orders_new"):
+        guard.check(SchemaChange("shop.orders_new", "rename", "b.000001", 20))
+    guard.check(SchemaChange("shop.orders_tmp", "create_table", "b.000001", 30))  # dropped again since
+    guard.check(SchemaChange("shop.customers", "create_table", "b.000001", 40))  # no match
+    guard.check(SchemaChange("shop.orders", "create_table", "b.000001", 50))  # IF NOT EXISTS of a captured one
+    Guard({"shop.orders": SCHEMA}, lambda name: SCHEMA).check(  # the chunk fold knows no patterns
+        SchemaChange("shop.orders_2024", "create_table", "b.000001", 60))
 
 
 def test_an_error_raised_on_an_executor_is_rebuilt_on_the_driver() -> None:

@@ -177,6 +177,7 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.schema_changes import Guard
         from binlake.source import connect
         from binlake.splits import Split
+        from binlake.startup import contains
 
         import pyarrow as pa
 
@@ -191,7 +192,8 @@ class BinlogReader(DataSourceStreamReader):
             handover.bind(conn)
             # a table snapshotted again after a change starts at its new chunks' high watermarks
             guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
-                                             if ss and all(s.hw is not None for s in ss)})
+                                             if ss and all(s.hw is not None for s in ss)},
+                             self.job.get("patterns"))
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
@@ -200,12 +202,15 @@ class BinlogReader(DataSourceStreamReader):
             rows: list[tuple[Any, ...]] = []
             size = 0
             since = self.job.get("since")
+            applied = self.job.get("applied")
             for change in changes:
                 if not isinstance(change, RowChange):
                     guard.check(change)  # stops before any row of a changed table is written
                     continue
                 if since is not None and change.ts < since:
                     continue  # startup mode timestamp: written before the requested time
+                if applied and contains(applied, change.gtid):
+                    continue  # a GTID startup position names this transaction as already had
                 schema = schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):

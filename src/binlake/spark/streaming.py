@@ -72,7 +72,8 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
 
 
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
-               until: BinlogPosition | None = None, since: int | None = None) -> dict[str, Any]:
+               until: BinlogPosition | None = None, since: int | None = None,
+               applied: dict[str, int] | None = None) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
     source offers nothing past that position."""
     return {
@@ -83,6 +84,8 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "server_id": ctx.cfg.server_ids.pick(0),
         "start": start.to_dict(),
         "since": since,
+        "applied": applied,
+        "patterns": ctx.cfg.tables,
         "is_mariadb": ctx.is_mariadb,
         "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
     }
@@ -103,6 +106,10 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     from_snapshot = mode in SNAPSHOT_MODES
     splits = (state.load(spark, ctx.target.split_state, ctx.cfg.get("snapshot.group-size"), list(schemas))
               if from_snapshot else {})
+    unplanned = [n for n in schemas if from_snapshot and not splits.get(n)]
+    if unplanned:
+        raise RuntimeFailure(f"{', '.join(unplanned)} matches source.tables but has no snapshot yet; the stream "
+                             "starts after a table's snapshot: run binlake run (or binlake snapshot)")
     pending = sum(1 for ss in splits.values() for s in ss if s.status != "done")
     if pending:
         raise RuntimeFailure(f"{pending} snapshot chunks are not read into bronze and silver yet; the stream starts "
@@ -111,16 +118,16 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
         bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
         silver.ensure_table(spark, ctx.target.silver(name).location, schema)
     hws = [s.hw for ss in splits.values() for s in ss if s.hw is not None]
-    since = None
+    since, applied = None, None
     if from_snapshot:
         start = min(hws) if hws else current_position(ctx.cfg)
     else:
         chosen = _startup(ctx)
-        start, since = chosen.position, chosen.since
+        start, since, applied = chosen.position, chosen.since, chosen.applied
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
     target = current_position(ctx.cfg) if until_caught_up else None
-    job = binlog_job(ctx, schemas, splits, start, target, since)
+    job = binlog_job(ctx, schemas, splits, start, target, since, applied)
     progress_file = ctx.target.stream_progress
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -142,7 +149,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
                 t = time.monotonic()
                 silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"])
                 silver_s += time.monotonic() - t
-            _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen})
+            _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen}, began)
             log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
                      {r["_table"]: int(r["n"]) for r in seen}, read_s, bronze_s, silver_s)
             faults.point("after_batch", str(batch_id))
@@ -230,7 +237,10 @@ def _await(query: Any, timeout: float | None = None) -> None:
         raise RuntimeFailure(f"stream failed: {cause[:500]}") from None
 
 
-def _write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]]) -> None:
+def _write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]], began: float) -> None:
+    """Rows and newest event per table, and `head_at`: the wall time this batch began. Every batch
+    ends at the head the server had when Spark planned it, just before: once the batch commits, the
+    stream holds every change the source had at about that time, for idle tables too."""
     path.parent.mkdir(parents=True, exist_ok=True)
     old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"tables": {}}
     for name, (n, ts) in tables.items():
@@ -238,6 +248,7 @@ def _write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]
         t["rows"] = int(t.get("rows", 0)) + n
         t["last_event"] = int(ts) if ts is not None else t.get("last_event")
     old["batch"] = batch_id
+    old["head_at"] = time.time() - (time.monotonic() - began)
     old["updated"] = time.time()
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(old))
