@@ -31,13 +31,16 @@ def test_planning_interleaves_with_reading_and_resumes_after_kill(dev_db, databa
     port = dev_db.running_port()
     rows = 1600
     create_table(port, database, rows)
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    # a batch of four chunks is one group: each is read as soon as it is stored
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=4)
     cfg = load(cfg_path)
     target = Target.of(cfg)
     name = f"{database}.t"
     env = {"BINLAKE_PLAN_BATCH": "4", "BINLAKE_CRASH_AT": "mid_plan:3",
            "BINLAKE_CRASH_COUNTER": str(tmp_path / "crash-counter")}
-    with Writers(port, database, rows, threads=1, pause=0.01) as writers:
+    # fresh keys land past the max key, in the open last chunk, cut again at chunk-size when read:
+    # a slow writer keeps that tail to a few chunks
+    with Writers(port, database, rows, threads=1, pause=0.05) as writers:
         crashed = run_cli("-v", "run", "-c", str(cfg_path), "--until-caught-up", env=env)
         assert crashed.returncode == -9, crashed.stderr[-2000:]
 
@@ -59,7 +62,7 @@ def test_planning_interleaves_with_reading_and_resumes_after_kill(dev_db, databa
                  .agg(F.count("*").alias("rows"), F.sum(F.col("end").isNull().cast("int")).alias("open"))
                  .where("rows > 1 AND NOT (rows = 2 AND open = 1)").collect())
     assert per_chunk == [], f"chunks planned twice: {per_chunk}"
-    splits = state.load(spark, target.split_state, 2)[name]
+    splits = state.load(spark, target.split_state, 4)[name]
     assert [s.index for s in splits] == list(range(len(splits))) and len(splits) > 12
     assert splits[0].start is None and splits[-1].end is None
     assert all(a.end == b.start for a, b in zip(splits, splits[1:])), "bounds must chain without gap or overlap"
@@ -112,12 +115,12 @@ def test_open_last_chunk_growing_during_the_snapshot_is_read_in_pieces(dev_db, d
     port = dev_db.running_port()
     rows, chunk = 2000, 200
     create_table(port, database, rows)
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=chunk, group_size=2)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=chunk, group_size=4)
     cfg = load(cfg_path)
     target = Target.of(cfg)
     name = f"{database}.t"
     plan(cfg)
-    planned = state.load(spark, target.split_state, 2)[name]
+    planned = state.load(spark, target.split_state, 4)[name]
     open_index = planned[-1].index
     assert planned[-1].end is None
     with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
@@ -134,7 +137,7 @@ def test_open_last_chunk_growing_during_the_snapshot_is_read_in_pieces(dev_db, d
     assert inserter.inserted > 0
     run(cfg, until_caught_up=True)  # hand over: the stream carries the rows inserted after the tail was read
 
-    splits = state.load(spark, target.split_state, 2)[name]
+    splits = state.load(spark, target.split_state, 4)[name]
     assert len(splits) > len(planned) + 10, "the tail must have been cut into chunk-size pieces"
     assert splits[open_index].end is not None, "the once open last chunk now has a bound end"
     sizes = [s.rows or 0 for s in splits]
