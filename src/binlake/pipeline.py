@@ -411,6 +411,7 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
         if new.message in ctx.new_seen:
             raise new
         ctx.new_seen.add(new.message)
+        return
     log.warning("capturing new tables %s (%s)", ", ".join(added), new.message.split(";")[0])
     if ctx.cfg.get("stream.startup-mode") in SNAPSHOT_MODES:
         plan(ctx.cfg, ctx)

@@ -16,8 +16,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from binlake.config import load
-from binlake.errors import RuntimeFailure
-from binlake.pipeline import stream
+from binlake.errors import NewTableError, RuntimeFailure
+from binlake.pipeline import Context, capture_new_tables, stream
 from binlake.spark import state
 from binlake.spark.streaming import committed_offset
 from binlake.target import Target
@@ -116,3 +116,18 @@ def test_a_table_created_while_streaming_and_one_added_to_the_config(dev_db, dat
     assert len(state.load(spark, target.split_state, 2)[f"{database}.extra"]) == 3
     for table in ("t1", "n_1", "extra"):
         assert lake_rows(spark, cfg, f"{database}.{table}") == rows(dev_db, database, table), table
+
+
+def test_a_new_table_gone_again_before_it_is_captured_is_passed_once(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The guard saw the table on the server, but it was dropped before the stream could list it:
+    the stream replays (where the guard now finds it missing); the same table met twice is an error."""
+    execute(dev_db, database, "CREATE TABLE t1 (id INT PRIMARY KEY)")
+    cfg = load(write_config(tmp_path / "binlake.yml", dev_db.running_port(), [f"{database}\\.(t1|n_.*)"],
+                            tmp_path / "lake", "6175-6179"))
+    ctx = Context(cfg)
+    assert list(ctx.schemas()) == [f"{database}.t1"]
+    gone = NewTableError(f"table {database}.n_gone was created at binlog mysql-bin.000001:4 and matches source.tables")
+    capture_new_tables(ctx, gone)  # nothing new on the server: no plan, no snapshot, no session
+    assert ctx.spark is None
+    with pytest.raises(NewTableError, match="n_gone"):
+        capture_new_tables(ctx, gone)
