@@ -73,9 +73,10 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
 
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
                until: BinlogPosition | None = None, since: int | None = None,
-               applied: dict[str, int] | None = None) -> dict[str, Any]:
+               applied: dict[str, int] | None = None, patterns: list[str] | None = None) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
-    source offers nothing past that position."""
+    source offers nothing past that position; with `patterns` (source.tables), a table that comes to
+    match them stops the batch that meets it (NewTableError), for the caller to capture it."""
     return {
         "until": None if until is None else until.to_dict(),
         "connection": ctx.public_params(),
@@ -85,7 +86,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "start": start.to_dict(),
         "since": since,
         "applied": applied,
-        "patterns": ctx.cfg.tables,
+        "patterns": patterns,
         "is_mariadb": ctx.is_mariadb,
         "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
     }
@@ -127,7 +128,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
     target = current_position(ctx.cfg) if until_caught_up else None
-    job = binlog_job(ctx, schemas, splits, start, target, since, applied)
+    job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables)
     progress_file = ctx.target.stream_progress
 
     def each_batch(df: Any, batch_id: int) -> None:
