@@ -43,7 +43,6 @@ class Context:
     spark: Any = field(init=False, default=None)
     _schemas: dict[str, TableSchema] | None = field(init=False, default=None)
     is_mariadb: bool = field(init=False, default=True)
-    ids_checked: bool = field(init=False, default=False)  # no registered replica uses our server ids
     new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
 
     def __post_init__(self) -> None:
@@ -371,9 +370,9 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
     followed by the stream from its handover -- never a silent skip of the missing changes."""
     from binlake.spark.streaming import run_stream
 
-    ctx = ctx or Context(cfg)
-    if not ctx.ids_checked:
+    if ctx is None:  # `run` passes its context, having checked the server ids before planning
         check_server_ids(cfg)
+        ctx = Context(cfg)
     attempt = 0
     while attempt < 3:
         try:
@@ -472,7 +471,6 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
     validate(cfg)
     check_server_ids(cfg)
     ctx = Context(cfg)
-    ctx.ids_checked = True
     mode = cfg.get("stream.startup-mode")
     if mode in SNAPSHOT_MODES:
         plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
