@@ -203,7 +203,7 @@ def read_changes(
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     if wanted(event.schema, event.table):
                         if ddl:
-                            yield from _shape_change(shapes, event, file, begin)
+                            yield from _shape_change(shapes, event, file, begin, txn_start)
                         yield from _rows(event, file, begin, gtid)
                 elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
                     if ddl and isinstance(event, QueryEvent):
@@ -211,7 +211,8 @@ def read_changes(
                         for kind, db, table in ddl_tables(event.query, default_db):
                             # the guard knows which tables a DROP DATABASE takes, and which new ones match
                             if wanted(db, table) or kind in ("drop_database", "create_table", "rename"):
-                                yield SchemaChange(f"{db}.{table}", kind, file, begin)
+                                yield SchemaChange(f"{db}.{table}", kind, file, begin, _text(event.query),
+                                                   txn_start if in_txn else here)
                     gtid = None
                     in_txn = False
                     if end:
@@ -225,7 +226,7 @@ def read_changes(
 
 
 def _shape_change(shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]], event: Any, file: str,
-                  begin: int) -> Iterator[TableShape]:
+                  begin: int, txn: BinlogPosition) -> Iterator[TableShape]:
     """A `TableShape` when the event's columns differ from the table's previous row event's."""
     name = f"{event.schema}.{event.table}"
     # the server gives a table a new table id when its definition changes, so the columns are
@@ -234,13 +235,16 @@ def _shape_change(shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]], event:
     if seen is None or seen[0] != event.table_id:
         shape = shape_of(event.columns)
         if seen is None or seen[1] != shape:
-            yield TableShape(name, shape, file, begin)
+            yield TableShape(name, shape, file, begin, txn)
         shapes[name] = (event.table_id, shape)
 
 
+def _text(q: Any) -> str:
+    return q.decode(errors="replace") if isinstance(q, bytes) else str(q)
+
+
 def _query(event: Any) -> str:
-    q = event.query
-    return (q.decode(errors="replace") if isinstance(q, bytes) else str(q)).strip().upper()
+    return _text(event.query).strip().upper()
 
 
 def _rows(event: Any, file: str, begin: int, gtid: str | None) -> Iterator[RowChange]:

@@ -59,6 +59,7 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 ON_PURGED = ("fail", "resnapshot")
+SCHEMA_CHANGES = ("evolve", "lenient", "ignore", "fail")
 STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
 
 
@@ -97,6 +98,10 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
                          "snapshot from `latest`, `earliest`, `specific` (a position) or `timestamp`"),
         "startup-position": (_opt_str, None, "`file:position` or a MariaDB GTID position where startup mode `specific` starts"),
         "startup-timestamp": (_opt_int, None, "Unix seconds from which startup mode `timestamp` streams"),
+        "schema-changes": (_choice(*SCHEMA_CHANGES), "evolve",
+                           "a captured table's columns change: `evolve` (silver adds, drops, renames, widens "
+                           "them), `lenient` (silver only adds: dropped columns stay, renamed ones come in under the "
+                           "new name too), `ignore` (silver keeps its columns), or `fail` (stop with the change)"),
         "on-purged": (_choice(*ON_PURGED), "fail",
                       "the stored binlog position's file was purged from the server: `fail` (exit code 1, "
                       "naming the file), or `resnapshot` the captured tables"),

@@ -19,6 +19,7 @@ from binlake import bronze, faults, silver
 from binlake.spark import state as split_state
 from binlake.config import Config
 from binlake.errors import ConfigError, NewTableError, PositionGoneError, RuntimeFailure
+from binlake.evolution import History, Version
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source import captured_tables, connect, load_schema, master_position
@@ -84,16 +85,24 @@ class Context:
         return self._schemas
 
     def _captured(self, schema: TableSchema) -> TableSchema:
-        """The schema bronze and silver were made with, kept from the table's first capture: the
-        server's may have changed since, and the binlog's schema guard compares against this one."""
-        path = self.target.captured_schema(schema.name)
-        if path.exists():
-            return TableSchema.from_dict(json.loads(path.read_text()))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(schema.to_dict(), ensure_ascii=False))
-        tmp.replace(path)
+        """The table's schema as the stream last followed it, kept from its first capture on: the
+        server's may have changed since (the stream meets those changes in binlog order)."""
+        history = self.history(schema.name)
+        if history.exists():
+            return history.latest()
+        history.start(schema)
         return schema
+
+    def history(self, name: str) -> History:
+        return History(self.target.captured_schema(name))
+
+    def versions(self) -> dict[str, list[Version]]:
+        """Every captured table's schema versions (see `binlake.evolution`)."""
+        return {name: self.history(name).versions() for name in self.schemas()}
+
+    def forget_schemas(self) -> None:
+        """Load the captured tables and their schemas again (tables may have come or gone)."""
+        self._schemas = None
 
     def reader_ids(self) -> list[int]:
         ids = self.cfg.server_ids
@@ -402,7 +411,7 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
     from binlake.startup import SNAPSHOT_MODES
 
     known = set(ctx.schemas())
-    ctx._schemas = None
+    ctx.forget_schemas()
     added = sorted(set(ctx.schemas()) - known)
     if not added:
         # gone again by now (created and dropped): the replay's guard finds it missing and passes on;

@@ -37,6 +37,8 @@ class SchemaChange:
     kind: Kind
     file: str
     pos: int
+    statement: str = ""
+    txn: BinlogPosition | None = None  # where its transaction began (a safe place for a new schema version)
 
     @property
     def position(self) -> BinlogPosition:
@@ -66,6 +68,7 @@ class TableShape:
     columns: tuple[ShapeColumn, ...]
     file: str
     pos: int
+    txn: BinlogPosition | None = None  # where the row event's transaction began
 
     @property
     def position(self) -> BinlogPosition:
@@ -164,7 +167,7 @@ def shape_of(columns: list[Any]) -> tuple[ShapeColumn, ...]:
     return tuple(out)
 
 
-def _column_difference(col: Column, got: ShapeColumn) -> str | None:
+def column_difference(col: Column, got: ShapeColumn) -> str | None:
     """Why `got` cannot be written as `col`, or None when the captured encoding still fits."""
     types = _TYPES.get(got.type_code)
     if types is None or col.data_type not in types:
@@ -194,13 +197,13 @@ def shape_difference(schema: TableSchema, shape: TableShape) -> str | None:
                 ([f"columns gone: {', '.join(dropped)}"] if dropped else [])
         return "; ".join(parts)
     for col in schema.columns:
-        why = _column_difference(col, got[col.name])
+        why = column_difference(col, got[col.name])
         if why:
             return why
     return None
 
 
-def _structure(schema: TableSchema) -> tuple[Any, ...]:
+def structure(schema: TableSchema) -> tuple[Any, ...]:
     """What must not change under binlake: names, types, key. Nullability, defaults, comments may."""
     return (tuple((c.name, c.data_type, c.column_type, c.precision, c.scale, c.fraction, c.length, c.collation)
                   for c in schema.columns), schema.primary_key)
@@ -273,7 +276,7 @@ class Guard:
             return  # IF NOT EXISTS of the captured table (it was not there to create before its snapshot)
         if item.kind == "alter":
             now = self.current(item.table)
-            if now is not None and _structure(now) == _structure(schema):
+            if now is not None and structure(now) == structure(schema):
                 return
             why = ("after ALTER TABLE its columns or primary key differ from the captured ones" if now is not None
                    else "ALTER TABLE removed its chunk-key columns, or the table is gone")

@@ -177,6 +177,7 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.schema_changes import Guard
         from binlake.source import connect
         from binlake.splits import Split
+        from binlake.evolution import marker_row
         from binlake.startup import contains
 
         import pyarrow as pa
@@ -203,15 +204,21 @@ class BinlogReader(DataSourceStreamReader):
             size = 0
             since = self.job.get("since")
             applied = self.job.get("applied")
+            evolver = _evolver(self.job, schemas, splits, BinlogPosition.from_dict(partition.start), guard, conn)
             for change in changes:
                 if not isinstance(change, RowChange):
-                    guard.check(change)  # stops before any row of a changed table is written
+                    version = evolver.follow(change) if evolver is not None else None
+                    if version is False:
+                        guard.check(change)  # stops before any row of a changed table is written
+                    elif version is not None:
+                        rows.append((version.table, "s", decimal.Decimal(version.seq), None, version.at.file,
+                                     version.at.pos, None, None, marker_row(version)))
                     continue
                 if since is not None and change.ts < since:
                     continue  # startup mode timestamp: written before the requested time
                 if applied and contains(applied, change.gtid):
                     continue  # a GTID startup position names this transaction as already had
-                schema = schemas[change.table]
+                schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
                         continue
@@ -233,6 +240,22 @@ class BinlogReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         pass
+
+
+def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
+             guard: Any, conn: Any) -> Any:
+    """The reader's schema versions under `stream.schema-changes` other than `fail` (None under `fail`)."""
+    from binlake.evolution import Evolver, Version, column_defaults
+
+    if job.get("schema_changes", "fail") == "fail":
+        return None
+    recorded = {n: [Version.from_dict(v) for v in vs] for n, vs in (job.get("versions") or {}).items()}
+    for name, schema in schemas.items():
+        recorded.setdefault(name, [Version(name, None, schema)])
+    # a change before a table's last chunk's high watermark is inside its snapshot: the guard's
+    snapshot_end = {n: max(s.hw for s in ss) for n, ss in splits.items() if ss and all(s.hw is not None for s in ss)}
+    return Evolver(recorded, start, guard.current, lambda name: column_defaults(conn, *name.split(".", 1)),
+                   lambda name, at: name in schemas and (name not in snapshot_end or at >= snapshot_end[name]))
 
 
 class BinlogSource(DataSource):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from binlake import bronze, faults, silver
 from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
+from binlake.evolution import Version
 from binlake.offsets import BinlogPosition
 from binlake.startup import SNAPSHOT_MODES, Start
 
@@ -73,11 +74,16 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
 
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
                until: BinlogPosition | None = None, since: int | None = None,
-               applied: dict[str, int] | None = None, patterns: list[str] | None = None) -> dict[str, Any]:
+               applied: dict[str, int] | None = None, patterns: list[str] | None = None,
+               versions: dict[str, list[Version]] | None = None) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
     source offers nothing past that position; with `patterns` (source.tables), a table that comes to
-    match them stops the batch that meets it (NewTableError), for the caller to capture it."""
+    match them stops the batch that meets it (NewTableError), for the caller to capture it; with
+    `versions` (each table's schema versions), the source follows schema changes under
+    stream.schema-changes, and without them stops at any (`fail`)."""
     return {
+        "schema_changes": "fail" if versions is None else ctx.cfg.get("stream.schema-changes"),
+        "versions": {n: [v.to_dict() for v in vs] for n, vs in (versions or {}).items()},
         "until": None if until is None else until.to_dict(),
         "connection": ctx.public_params(),
         "schemas": {n: s.to_dict() for n, s in schemas.items()},
@@ -128,7 +134,10 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
     target = current_position(ctx.cfg) if until_caught_up else None
-    job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables)
+    policy = ctx.cfg.get("stream.schema-changes")
+    history = ctx.versions()
+    job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
+                     None if policy == "fail" else history)
     progress_file = ctx.target.stream_progress
 
     def each_batch(df: Any, batch_id: int) -> None:
@@ -136,14 +145,21 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
         try:
             began = time.monotonic()
             seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts"),
-                                            F.min("_seq").alias("oldest")).collect()
+                                            F.min("_seq").alias("oldest"),
+                                            F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks")).collect()
             read_s, bronze_s, silver_s = time.monotonic() - began, 0.0, 0.0
             for row in seen:
                 name = row["_table"]
-                schema = schemas[name]
-                typed = bronze.typed(df.where(F.col("_table") == name), schema)
+                rows = df.where(F.col("_table") == name)
                 b = ctx.target.bronze(name).location
                 t = time.monotonic()
+                # under lenient and ignore, silver's columns differ from the source's once it changed
+                if row["marks"] or (policy in ("lenient", "ignore") and len(history[name]) > 1):
+                    _evolving(ctx, name, rows, history, policy, f"binlake-stream-{app}-{name}", batch_id, row["oldest"])
+                    bronze_s += time.monotonic() - t
+                    continue
+                schema = history[name][-1].schema
+                typed = bronze.typed(rows, schema)
                 bronze.append_batch(typed, b, f"binlake-stream-{app}-{name}", batch_id)
                 faults.point("mid_stream", name)
                 bronze_s += time.monotonic() - t
@@ -195,6 +211,27 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     finally:
         signal.signal(signal.SIGTERM, old)
     _await(query)
+
+
+def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Version]], policy: Any, app_id: str,
+              batch_id: int, oldest: Any) -> None:
+    """A batch whose rows span schema versions, or of a table silver no longer matches column for column.
+    The versions it marks are recorded before anything is written: a replay reuses them."""
+    from pyspark.sql import functions as F
+
+    from binlake.evolution import Version
+    from binlake.spark.evolve import apply_batch
+
+    marks = rows.where(F.col("_op") == "s").orderBy("_seq").select("_row").collect()
+    new = [Version.from_dict(json.loads(m["_row"])) for m in marks]
+    if new:
+        ctx.history(name).record(new)
+        history[name] = ctx.history(name).versions()
+        for v in new:
+            log.warning("%s: schema %s at binlog %s%s", name, "truncated" if v.kind == "truncate" else "changed",
+                        v.at, f" (renamed {v.renames})" if v.renames else "")
+    apply_batch(ctx.session(), rows, history[name], new, policy, ctx.target.bronze(name).location,
+                ctx.target.silver(name).location, app_id, batch_id, oldest)
 
 
 def _startup(ctx: Context) -> Start:
