@@ -35,7 +35,7 @@ from typing import Any, Literal
 from binlake.errors import SchemaChangedError
 from binlake.offsets import BinlogPosition, event_seq
 from binlake.schema import Column, TableSchema
-from binlake.schema_changes import SchemaChange, TableShape, column_difference, structure
+from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, column_difference, structure
 
 Policy = Literal["evolve", "lenient", "ignore", "fail"]
 POLICIES = ("evolve", "lenient", "ignore", "fail")
@@ -263,7 +263,7 @@ def by_shape(old: TableSchema, shape: TableShape, now: TableSchema | None,
     for got in shape.columns:
         mine = next((c for c in old.columns if c.name == got.name), None)
         theirs = next((c for c in (now.columns if now else ()) if c.name == got.name), None)
-        fits = [c for c in (mine, theirs) if c is not None and column_difference(c, got) is None]
+        fits = [c for c in (mine, theirs, from_table_map(got)) if c is not None and column_difference(c, got) is None]
         if not fits:
             raise SchemaChangedError(
                 f"captured table {old.name} changed at binlog {shape.position}: rows there have column "
@@ -274,6 +274,36 @@ def by_shape(old: TableSchema, shape: TableShape, now: TableSchema | None,
         if mine is None:
             added.append(got.name)
     return _renamed(old, tuple(cols), {}, now), {}, {n: defaults.get(n) for n in added}
+
+
+_BY_CODE = {1: "tinyint", 2: "smallint", 9: "mediumint", 3: "int", 8: "bigint", 0: "decimal", 246: "decimal",
+            4: "float", 5: "double", 16: "bit", 13: "year", 10: "date", 14: "date", 12: "datetime", 18: "datetime",
+            7: "timestamp", 17: "timestamp", 11: "time", 19: "time", 15: "varchar", 253: "varchar", 254: "char",
+            247: "enum", 248: "set", 245: "json", 249: "longtext", 250: "longtext", 251: "longtext", 252: "longtext"}
+_AS_BINARY = {"varchar": "varbinary", "char": "binary", "longtext": "longblob"}
+
+
+def from_table_map(got: ShapeColumn) -> Column | None:
+    """A column as a row event's table map describes it, for one the server no longer has as the rows
+    do (added and dropped again before binlake read them). Everything the encoding needs is there;
+    the declared length of a string is not (it changes no value)."""
+    data_type = _BY_CODE.get(got.type_code)
+    if data_type is None:
+        return None
+    if got.binary:
+        data_type = _AS_BINARY.get(data_type, data_type)
+    column_type = data_type
+    if data_type in ("tinyint", "smallint", "mediumint", "int", "bigint") and got.unsigned:
+        column_type += " unsigned"
+    elif data_type == "decimal":
+        column_type = f"decimal({got.precision},{got.scale})"
+    elif data_type == "bit":
+        column_type = f"bit({got.bits or 1})"
+    elif data_type == "set":
+        column_type = "set(" + ",".join("'" + v.replace("'", "''") + "'" for v in got.set_values or ()) + ")"
+    elif data_type in ("datetime", "timestamp", "time") and got.fsp:
+        column_type = f"{data_type}({got.fsp})"
+    return Column(got.name, data_type, column_type, True, got.precision, got.scale, got.fsp or 0)
 
 
 def _renamed(old: TableSchema, columns: tuple[Column, ...], renames: dict[str, str],

@@ -26,6 +26,14 @@ def write_config(path: Path, port: int, tables: list[str], lake: Path, server_id
     return path
 
 
+def with_stream(cfg_path: Path, **stream: Any) -> Path:
+    """The config at `cfg_path` with `stream` keys set (underscores for dashes)."""
+    doc = json.loads(cfg_path.read_text())
+    doc.setdefault("stream", {}).update({k.replace("_", "-"): v for k, v in stream.items()})
+    cfg_path.write_text(json.dumps(doc, ensure_ascii=False))
+    return cfg_path
+
+
 def run_once(cfg_path: Path) -> Config:
     cfg = load(cfg_path)
     run(cfg, until_caught_up=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +12,8 @@ from pyspark.sql import functions as F
 
 from binlake.config import Config
 
-from .capture import run_once, silver, write_config
+from .capture import run_once, silver, with_stream, write_config
 from .helpers import execute, fetch
-
-
-def with_policy(cfg_path: Path, policy: str) -> Path:
-    doc = json.loads(cfg_path.read_text())
-    doc["stream"] = {"schema-changes": policy}
-    cfg_path.write_text(json.dumps(doc))
-    return cfg_path
 
 
 def plain(v: Any) -> Any:

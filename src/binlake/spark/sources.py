@@ -207,7 +207,7 @@ class BinlogReader(DataSourceStreamReader):
             evolver = _evolver(self.job, schemas, splits, BinlogPosition.from_dict(partition.start), guard, conn)
             for change in changes:
                 if not isinstance(change, RowChange):
-                    version = evolver.follow(change) if evolver is not None else None
+                    version = evolver.follow(change) if evolver is not None else False
                     if version is False:
                         guard.check(change)  # stops before any row of a changed table is written
                     elif version is not None:
