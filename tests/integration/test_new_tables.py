@@ -44,7 +44,7 @@ class TableWriter(threading.Thread):
                 key = rnd.randint(1, 400)
                 op = rnd.random()
                 if op < 0.5:
-                    cur.execute(f"INSERT INTO {self.table} VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1",
+                    cur.execute(f"INSERT INTO {self.table} (id, v) VALUES (%s, %s) ON DUPLICATE KEY UPDATE v = v + 1",
                                 (key, self.ops))
                 elif op < 0.8:
                     cur.execute(f"UPDATE {self.table} SET v = v + 7 WHERE id BETWEEN %s AND %s", (key, key + 5))

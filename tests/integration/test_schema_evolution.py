@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import time
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import functions as F
 
 from binlake.config import Config
+from binlake.target import Target
 
 from .capture import run_once, silver, with_stream, write_config
-from .helpers import execute, fetch
+from .helpers import execute
+from .test_new_tables import TableWriter
+from .test_reconnect import caught_up, running, stop_cleanly, wait_for
+from .workload import bronze_duplicates
 
 
 def plain(v: Any) -> Any:
@@ -80,3 +85,96 @@ def test_evolve_follows_each_column_change_in_binlog_order(dev_db, database, spa
     run_once(cfg_path)
     names, rows = source_table(dev_db, database, "t")
     assert lake_table(spark, cfg, name, names) == rows
+
+
+def test_lenient_keeps_what_evolve_drops_ignore_keeps_silver_as_it_was_and_truncate_empties(
+        dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    port = dev_db.running_port()
+    tables = ("le", "ig")
+    for t in tables:
+        execute(dev_db, database, f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, s VARCHAR(10))",
+                f"INSERT INTO {t} SELECT seq, seq, CONCAT('s', seq) FROM seq_1_to_30")
+    execute(dev_db, database, "CREATE TABLE tr (id INT PRIMARY KEY, v INT)", "INSERT INTO tr SELECT seq, seq FROM seq_1_to_30")
+    cfgs = {}
+    for i, (t, pattern) in enumerate((("le", "(le|tr)"), ("ig", "ig"))):
+        cfg_path = with_stream(write_config(tmp_path / f"{t}.yml", port, [f"{database}\\.{pattern}"],
+                                            tmp_path / f"lake_{t}", f"{6330 + 5 * i}-{6334 + 5 * i}", chunk_size=20,
+                                            group_size=2), schema_changes="lenient" if t == "le" else "ignore")
+        cfgs[t] = (cfg_path, run_once(cfg_path))
+    for t in tables:
+        execute(dev_db, database,
+                f"ALTER TABLE {t} RENAME COLUMN s TO label", f"UPDATE {t} SET label = 'new' WHERE id = 1",
+                f"ALTER TABLE {t} DROP COLUMN v", f"UPDATE {t} SET label = 'newer' WHERE id = 2",
+                f"ALTER TABLE {t} ADD COLUMN w INT DEFAULT 3", f"INSERT INTO {t} (id, label, w) VALUES (31, 'x', 4)")
+    execute(dev_db, database, "UPDATE tr SET v = -1 WHERE id = 1", "TRUNCATE tr", "INSERT INTO tr VALUES (7, 70), (40, 400)",
+            "UPDATE tr SET v = 71 WHERE id = 7")
+    for t in tables:
+        run_once(cfgs[t][0])
+
+    # lenient: the old columns stay with the values they had; the renamed column comes in new
+    cfg = cfgs["le"][1]
+    assert data_columns(spark, cfg, f"{database}.le") == ["id", "v", "s", "label", "w"]
+    got = {r[0]: r for r in lake_table(spark, cfg, f"{database}.le", ["id", "v", "s", "label", "w"])}
+    assert got[1] == (1, 1, None, "new", 3)  # rewritten after the rename, before the drop
+    assert got[2] == (2, None, None, "newer", 3)  # rewritten after both
+    assert got[5] == (5, 5, "s5", None, 3)  # untouched: what it had, and w's default
+    assert got[31] == (31, None, None, "x", 4)
+    _, source = source_table(dev_db, database, "le")
+    assert lake_table(spark, cfg, f"{database}.le", ["id", "label", "w"]) == \
+        [(i, label if i in (1, 2, 31) else None, w) for i, label, w in source]
+
+    # ignore: silver keeps id, v, s; the values the source still has under those names
+    cfg = cfgs["ig"][1]
+    assert data_columns(spark, cfg, f"{database}.ig") == ["id", "v", "s"]
+    got = {r[0]: r for r in lake_table(spark, cfg, f"{database}.ig", ["id", "v", "s"])}
+    assert got[1] == (1, 1, None) and got[2] == (2, None, None)
+    assert got[5] == (5, 5, "s5") and got[31] == (31, None, None)
+    assert sorted(got) == [r[0] for r in source_table(dev_db, database, "ig")[1]]
+
+    # TRUNCATE (lenient and evolve alike): silver holds exactly what was written after it
+    names, rows = source_table(dev_db, database, "tr")
+    assert lake_table(spark, cfgs["le"][1], f"{database}.tr", names) == rows == [(7, 71), (40, 400)]
+
+
+def test_columns_change_while_a_continuous_run_streams_through_a_crash(dev_db, database, spark, tmp_path: Path,
+                                                                      monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The acceptance case: add, rename, retype and drop columns while a continuous `binlake run`
+    streams and a writer races it; the run is killed inside the first change (bronze written, silver
+    not yet altered) and started again. Silver equals the source row by row, bronze holds no row twice."""
+    port = dev_db.running_port()
+    name = f"{database}.t"
+    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT, s VARCHAR(10), gone INT)",
+            "INSERT INTO t SELECT seq, seq, CONCAT('s', seq), seq FROM seq_1_to_300")
+    lake = tmp_path / "lake"
+    cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.t"], lake, "6340-6344", chunk_size=50,
+                            group_size=2)
+    cfg = run_once(cfg_path)
+    target = Target.of(cfg)
+    writer = TableWriter(port, database, "t")
+    writer.start()
+    try:
+        monkeypatch.setenv("BINLAKE_CRASH_AT", "mid_evolve")
+        monkeypatch.setenv("BINLAKE_CRASH_COUNTER", str(tmp_path / "crashes"))
+        with running(cfg_path, "--set", "stream.trigger-seconds=1") as run:
+            time.sleep(2)
+            execute(dev_db, database, "ALTER TABLE t ADD COLUMN w INT DEFAULT 5", "UPDATE t SET w = 6 WHERE id < 20")
+            run.wait(timeout=600)
+        assert run.returncode == -9 and "mid_evolve" in (tmp_path / "crashes").read_text()
+        monkeypatch.delenv("BINLAKE_CRASH_AT")
+        with running(cfg_path, "--set", "stream.trigger-seconds=1") as run:
+            execute(dev_db, database, "ALTER TABLE t RENAME COLUMN s TO label", "UPDATE t SET label = 'r' WHERE id < 30")
+            time.sleep(2)
+            execute(dev_db, database, "ALTER TABLE t MODIFY v BIGINT", "UPDATE t SET v = v + 5000000000 WHERE id < 10")
+            execute(dev_db, database, "ALTER TABLE t DROP COLUMN gone", "UPDATE t SET w = 7 WHERE id BETWEEN 20 AND 40")
+            time.sleep(3)
+            writer.stop()
+            wait_for("the stream to reach the head", caught_up(dev_db, target.checkpoint), run)
+            err = stop_cleanly(run)
+    finally:
+        writer.stop()
+    assert writer.ops > 100
+    assert "schema changed" in err, err[-3000:]
+    names, rows = source_table(dev_db, database, "t")
+    assert names == ["id", "v", "label", "w"] == data_columns(spark, cfg, name)
+    assert lake_table(spark, cfg, name, names) == rows
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
