@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake import faults
-from binlake.errors import RuntimeFailure
+from binlake.errors import RuntimeFailure, SchemaChangedError
 from binlake.binlog_reader import RowChange, read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
@@ -101,7 +101,7 @@ def read_chunk(
             hooks.after_low_watermark()
         buffer: dict[tuple[Any, ...], dict[str, Any]] = {}
         names = schema.names
-        for values in select_rows(params, *_chunk_query(schema, split)):
+        for values in _select(params, schema, split):
             row = dict(zip(names, values))
             buffer[row_identity(schema, row)] = row
         log.info("split %s: selected %d rows", split.id, len(buffer))
@@ -128,6 +128,20 @@ def read_chunk(
         conn.close()
     rows = [schema.encode_row(row) for row in buffer.values()]
     return ChunkResult(split, lw, hw, rows, time.monotonic() - began, folded)
+
+
+def _select(params: dict[str, Any], schema: TableSchema, split: Split) -> list[Any]:
+    """The chunk's rows. A column or the table gone (changed since the snapshot began) is a schema change."""
+    try:
+        return select_rows(params, *_chunk_query(schema, split))
+    except Exception as exc:  # PyMySQL or mysqlclient: both carry the server's error number first
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        if code not in (1054, 1146):  # unknown column, no such table
+            raise
+        raise SchemaChangedError(
+            f"captured table {schema.name} changed during its snapshot ({exc.args[1] if len(exc.args) > 1 else exc}); "
+            f"its chunks must all be read with one schema: snapshot the table again (binlake resnapshot {schema.name})"
+        ) from None
 
 
 def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
@@ -214,7 +228,7 @@ def _quiet_read(params: dict[str, Any], conn: Any, schema: TableSchema, split: S
         faults.point("after_low_watermark", split.id)
         if hooks.after_low_watermark:
             hooks.after_low_watermark()
-        values = select_rows(params, *_chunk_query(schema, split))
+        values = _select(params, schema, split)
         if hooks.after_select:
             hooks.after_select()
         if hooks.before_high_watermark:

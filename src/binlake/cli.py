@@ -91,6 +91,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_resnapshot(args: argparse.Namespace) -> int:
+    from binlake import resnapshot
+    from binlake.pipeline import Context
+    from binlake.validation import check_server_ids
+
+    cfg = _load(args)
+    check_server_ids(cfg)
+    resnapshot.request(Context(cfg), args.tables)
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from binlake.status import render, status
 
@@ -147,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-caught-up", action="store_true",
                    help="stop once the binlog is drained up to the position current when streaming started")
     startup_flags(p)
+    p = command("resnapshot", cmd_resnapshot,
+                "snapshot tables again (bronze and silver anew); the stream keeps its place for the others")
+    p.add_argument("tables", nargs="+", metavar="DB.TABLE", help="captured tables")
     p = command("status", cmd_status, "per table: chunks, rows, phase, binlog position and lag")
     p.add_argument("--json", action="store_true", help="one JSON object")
     command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")

@@ -5,7 +5,8 @@ BinlakeError
 │   └── SourceSetupError   a server variable or privilege the algorithm needs is missing
 └── RuntimeFailure     the pipeline could not do its work (exit code 1)
     ├── PositionGoneError  a stored binlog position is no longer on the server
-    ├── SchemaChangedError a captured table changed in a way bronze and silver cannot follow yet
+    ├── SchemaChangedError a captured table changed in a way the stream cannot follow in place
+    │   └── SnapshotChangedError  ... while it was being snapshotted (the snapshot is taken again)
     └── NewTableError      a table created while streaming now matches source.tables (the stream
                            snapshots it and restarts; the error escapes only where it cannot)
 
@@ -50,6 +51,15 @@ class PositionGoneError(RuntimeFailure):
 
 
 class SchemaChangedError(RuntimeFailure):
+    """Its message names the table as `captured table <db.table>` followed by what happened."""
+
+    @property
+    def table(self) -> str | None:
+        m = re.search(r"captured table (.+?)(?:'s | changed | is | has )", self.message)
+        return m.group(1) if m else None
+
+
+class SnapshotChangedError(SchemaChangedError):
     pass
 
 

@@ -219,7 +219,8 @@ def by_statement(old: TableSchema, ops: list[Op], now: TableSchema | None,
     defaults; None when it changes no column. Definitions come from `now`, the server's schema."""
     if now is None:
         raise SchemaChangedError(f"captured table {old.name} is gone after ALTER TABLE (renamed away or dropped); "
-                                 "binlake follows column changes, not a table leaving: snapshot it again")
+                                 "binlake follows column changes, not a table leaving: capture it again under its "
+                                 "new name (source.tables)")
     cols = {c.name: c for c in old.columns}
     order = [c.name for c in old.columns]
     renames: dict[str, str] = {}
@@ -268,7 +269,7 @@ def by_shape(old: TableSchema, shape: TableShape, now: TableSchema | None,
             raise SchemaChangedError(
                 f"captured table {old.name} changed at binlog {shape.position}: rows there have column "
                 f"{got.name!r} as the server no longer defines it, so binlake cannot type them; snapshot the "
-                "table again (binlake resnapshot), or set stream.schema-changes: fail to stop at such changes"
+                f"table again (binlake resnapshot {old.name}), or set stream.schema-changes: fail to stop at such changes"
             )
         cols.append(fits[0])
         if mine is None:
@@ -317,12 +318,12 @@ def _renamed(old: TableSchema, columns: tuple[Column, ...], renames: dict[str, s
         raise SchemaChangedError(
             f"captured table {old.name}'s primary key or chunk key changed ({', '.join(old.primary_key or old.chunk_key)}); "
             "silver is keyed by it, so binlake cannot follow the change in place: snapshot the table again "
-            "(binlake resnapshot), or set stream.schema-changes: fail to stop at such changes"
+            f"(binlake resnapshot {old.name}), or set stream.schema-changes: fail to stop at such changes"
         )
     if old.multiset:
         raise SchemaChangedError(
             f"captured table {old.name} has no primary key, and its rows are told apart by all their values; binlake "
-            "cannot change its columns in place: snapshot the table again (binlake resnapshot)"
+            f"cannot change its columns in place: snapshot the table again (binlake resnapshot {old.name})"
         )
     return TableSchema(old.database, old.table, columns, key, chunk, old.chunk_key_unique)
 

@@ -18,7 +18,8 @@ from typing import Any
 from binlake import bronze, faults, silver
 from binlake.spark import state as split_state
 from binlake.config import Config
-from binlake.errors import ConfigError, NewTableError, PositionGoneError, RuntimeFailure
+from binlake.errors import (ConfigError, NewTableError, PositionGoneError, RuntimeFailure, SchemaChangedError,
+                            SnapshotChangedError, raised_in_spark)
 from binlake.evolution import History, Version
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
@@ -383,6 +384,7 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
         check_server_ids(cfg)
         ctx = Context(cfg)
     attempt = 0
+    resnapshots: dict[str, int] = {}
     while attempt < 3:
         try:
             check_position(ctx)
@@ -390,6 +392,8 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             return
         except NewTableError as new:
             capture_new_tables(ctx, new)
+        except SchemaChangedError as changed:
+            snapshot_again(ctx, changed, resnapshots)
         except PositionGoneError as gone:
             attempt += 1
             if cfg.get("stream.on-purged") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
@@ -399,6 +403,25 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             resnapshot(ctx)
     raise RuntimeFailure("the binlog was purged again during each of 3 fresh snapshots; binlake needs binlogs "
                          "kept longer than a snapshot takes: raise binlog_expire_logs_seconds on the server")
+
+
+def snapshot_again(ctx: Context, changed: SchemaChangedError, done: dict[str, int]) -> None:
+    """Snapshot a changed table again where that is the way to follow the change (see
+    `binlake.resnapshot`); raise `changed` where it is not, or after 3 times for one table."""
+    from binlake import resnapshot
+    from binlake.startup import SNAPSHOT_MODES
+
+    policy = ctx.cfg.get("stream.schema-changes")
+    table = changed.table
+    if (policy == "fail" or table is None or table not in ctx.schemas()
+            or ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES
+            or not (isinstance(changed, SnapshotChangedError) or policy == "evolve")):
+        raise changed
+    done[table] = done.get(table, 0) + 1
+    if done[table] > 3:
+        raise changed
+    log.warning("%s; snapshotting %s again", changed.message.split(";")[0], table)
+    resnapshot.request(ctx, [table])
 
 
 def capture_new_tables(ctx: Context, new: NewTableError) -> None:
@@ -477,13 +500,25 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
     in silver)."""
     from binlake.startup import SNAPSHOT_MODES, validate
 
+    from binlake import resnapshot
+
     validate(cfg)
     check_server_ids(cfg)
     ctx = Context(cfg)
     mode = cfg.get("stream.startup-mode")
     if mode in SNAPSHOT_MODES:
-        plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
-        snapshot(cfg, None, ctx)
+        resnapshot.finish(ctx)  # what a crash left half done
+        done: dict[str, int] = {}
+        while True:
+            try:
+                plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
+                snapshot(cfg, None, ctx)
+                break
+            except Exception as exc:  # a chunk read saw its table change: the snapshot mixes two schemas
+                changed = exc if isinstance(exc, SchemaChangedError) else raised_in_spark(exc)
+                if not isinstance(changed, SchemaChangedError):
+                    raise
+                snapshot_again(ctx, SnapshotChangedError(changed.message), done)
     if mode != "snapshot":
         stream(cfg, until_caught_up, ctx)
 

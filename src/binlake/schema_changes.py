@@ -306,7 +306,7 @@ class Guard:
 
 def _changed(table: str, position: BinlogPosition, why: str) -> SchemaChangedError:
     return SchemaChangedError(
-        f"captured table {table} changed at binlog {position}: {why}; binlake does not apply schema changes to "
-        "bronze and silver yet, and stops rather than write rows under the wrong columns: undo the change, or "
-        "snapshot again from scratch (move target.path aside and run again)"
+        f"captured table {table} changed at binlog {position}: {why}; binlake stops rather than write rows under "
+        "the wrong columns (stream.schema-changes is fail, or the change is not one a stream can follow): undo "
+        f"the change, or snapshot the table again (binlake resnapshot {table})"
     )

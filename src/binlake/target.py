@@ -61,6 +61,15 @@ class Target:
         db, table = source.split(".", 1)
         return self.root / "_binlake" / "schemas" / f"{_safe(db)}__{_safe(table)}.json"
 
+    def resnapshot_intent(self, source: str) -> Path:
+        """Present while a table is being set up for a snapshot of its own (see `binlake.resnapshot`)."""
+        db, table = source.split(".", 1)
+        return self.root / "_binlake" / "resnapshot" / f"{_safe(db)}__{_safe(table)}"
+
+    @property
+    def resnapshot_intents(self) -> Path:
+        return self.root / "_binlake" / "resnapshot"
+
     @property
     def stream_start(self) -> Path:
         """Where a stream without a snapshot starts (see `binlake.startup`)."""

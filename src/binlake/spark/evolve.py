@@ -95,9 +95,9 @@ def align(spark: SparkSession, location: str, wanted: list[T.StructField], renam
             continue
         if not _widens(old_type, f.dataType):
             raise SchemaChangedError(
-                f"column {f.name!r} of {what} is {old_type.simpleString()} and the source's is now "
+                f"column {f.name!r} of captured table {what} is {old_type.simpleString()} and the source's is now "
                 f"{f.dataType.simpleString()}, which Delta cannot widen it to; snapshot the table again "
-                "(binlake resnapshot), or set stream.schema-changes: fail to stop at such changes"
+                f"(binlake resnapshot {what}), or set stream.schema-changes: fail to stop at such changes"
             )
         spark.sql(f"ALTER TABLE {_table(location)} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
         spark.sql(f"ALTER TABLE {_table(location)} ALTER COLUMN {bronze.sql_name(f.name)} TYPE "
@@ -127,7 +127,7 @@ def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], ne
     for schema, _ in stretches:
         for f in bronze.column_types(schema):
             latest[f.name] = f
-    align(spark, bronze_at, list(latest.values()), [], False, f"bronze {base.schema.name}")
+    align(spark, bronze_at, list(latest.values()), [], False, base.schema.name)
     parts = [typed.select(*[F.col(bronze.sql_name(c)).cast(latest[c].dataType).alias(c) for c in schema.names],
                           *[F.col(f.name) for f in bronze.META_FIELDS])
              for schema, typed in stretches]
@@ -141,7 +141,7 @@ def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], ne
     target = silver_columns(policy, history)
     evolve = policy in ("evolve", "fail")
     renames = [(o, n) for v in history for o, n in v.renames.items()] if evolve else []
-    align(spark, silver_at, bronze.column_types(target), renames, evolve, f"silver {target.name}")
+    align(spark, silver_at, bronze.column_types(target), renames, evolve, target.name)
     follow = [] if policy == "ignore" else new
     # a TRUNCATE empties silver of every row before it; the batch's rows before it are gone too
     first = max((i + 1 for i, v in enumerate(follow) if v.kind == "truncate"), default=0)

@@ -209,7 +209,7 @@ class BinlogReader(DataSourceStreamReader):
                 if not isinstance(change, RowChange):
                     version = evolver.follow(change) if evolver is not None else False
                     if version is False:
-                        guard.check(change)  # stops before any row of a changed table is written
+                        _judge(guard, evolver, change)  # stops before any row of a changed table is written
                     elif version is not None:
                         rows.append((version.table, "s", decimal.Decimal(version.seq), None, version.at.file,
                                      version.at.pos, None, None, marker_row(version)))
@@ -256,6 +256,19 @@ def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any
     snapshot_end = {n: max(s.hw for s in ss) for n, ss in splits.items() if ss and all(s.hw is not None for s in ss)}
     return Evolver(recorded, start, guard.current, lambda name: column_defaults(conn, *name.split(".", 1)),
                    lambda name, at: name in schemas and (name not in snapshot_end or at >= snapshot_end[name]))
+
+
+def _judge(guard: Any, evolver: Any, change: Any) -> None:
+    """The guard's verdict on a change the evolver does not follow. A change inside a table's snapshot
+    (between its chunks' high watermarks) is a `SnapshotChangedError`: the snapshot is taken again."""
+    from binlake.errors import SchemaChangedError, SnapshotChangedError
+
+    try:
+        guard.check(change)
+    except SchemaChangedError as changed:
+        if evolver is not None and change.table in evolver.current and not evolver.past(change.table, change.position):
+            raise SnapshotChangedError(changed.message) from None
+        raise
 
 
 class BinlogSource(DataSource):
