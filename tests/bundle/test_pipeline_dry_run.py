@@ -142,8 +142,10 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     assert set(job.schemas) == set(shop.tables)
     body = job.job
     assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb", "until", "since",
-                         "reconnect_timeout", "applied", "patterns"}
+                         "reconnect_timeout", "applied", "patterns", "schema_changes", "versions"}
     assert body["applied"] is None  # only a GTID startup position skips transactions
+    # AUTO CDC's target keeps its columns: the pipeline stops at a schema change (stream.schema-changes: fail)
+    assert body["schema_changes"] == "fail" and body["versions"] == {}
     assert body["patterns"] is None  # the pipeline does not capture tables created while it runs
     assert body["until"] is None  # the pipeline streams on; only --until-caught-up stops at a position
     assert body["since"] is None  # only startup mode timestamp skips changes written before a time
