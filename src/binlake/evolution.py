@@ -225,9 +225,22 @@ def by_statement(old: TableSchema, ops: list[Op], now: TableSchema | None,
     order = [c.name for c in old.columns]
     renames: dict[str, str] = {}
     added: list[str] = []
+
+    def spelled(name: str) -> str:
+        """Column names are case-insensitive in a statement: the name as the table spells it."""
+        for n in [*cols, *now.names]:
+            if n.lower() == name.lower():
+                return n
+        return name
+
     for kind, name, new in ops:
         if kind == "key":
             continue  # compared below
+        name = spelled(name)
+        if kind != "rename":
+            new = name
+        elif new.lower() != name.lower():
+            new = next((n for n in now.names if n.lower() == new.lower()), new)
         if kind == "add" and name in now.names and name not in cols:
             cols[name] = now.column(name)
             order.append(name)
@@ -394,6 +407,11 @@ class Evolver:
     def on_statement(self, table: str, kind: str, statement: str, at: BinlogPosition) -> Version | None:
         """A new version when `statement` (an ALTER or TRUNCATE at transaction `at`) changes columns."""
         if kind == "truncate":
+            if self.schema(table).multiset:  # its silver is recounted from all of bronze, rows before it too
+                raise SchemaChangedError(
+                    f"captured table {table} has no primary key and was truncated at binlog {at}; binlake counts "
+                    f"its identical rows over its whole change log: snapshot the table again (binlake resnapshot {table})"
+                )
             return self._next(Version(table, at, self.schema(table), "truncate"))
         ops = alter_ops(statement)
         if not ops:

@@ -151,3 +151,12 @@ def test_silver_columns_under_each_policy_and_which_types_widen() -> None:
     assert _widens(T.DecimalType(10, 2), T.DecimalType(12, 3)) and _widens(T.IntegerType(), T.DecimalType(12, 2))
     assert not _widens(T.LongType(), T.IntegerType()) and not _widens(T.DecimalType(10, 2), T.DecimalType(10, 3))
     assert not _widens(T.IntegerType(), T.StringType()) and not _widens(T.StringType(), T.BinaryType())
+
+
+def test_a_statement_names_columns_in_any_case() -> None:
+    old = table(col("Value"))
+    now = table(col("Label"))
+    new, renames, _ = by_statement(old, alter_ops("ALTER TABLE t CHANGE value LABEL INT"), now, {})
+    assert new.names == ["id", "Label"] and renames == {"Value": "Label"}
+    new, _, _ = by_statement(old, alter_ops("ALTER TABLE t DROP VALUE"), table(), {})
+    assert new.names == ["id"]
