@@ -35,10 +35,9 @@ from typing import Any, Literal
 from binlake.errors import SchemaChangedError
 from binlake.offsets import BinlogPosition, event_seq
 from binlake.schema import Column, TableSchema
-from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, column_difference, structure
+from binlake.schema_changes import COMMENT, SchemaChange, ShapeColumn, TableShape, column_difference, structure
 
 Policy = Literal["evolve", "lenient", "ignore", "fail"]
-POLICIES = ("evolve", "lenient", "ignore", "fail")
 Kind = Literal["alter", "truncate"]
 
 
@@ -123,7 +122,6 @@ def version_at(versions: list[Version], position: BinlogPosition) -> Version:
 Op = tuple[str, str, str]  # (add | drop | rename | modify | key | table, column, new name)
 
 _IDENT = r"(`(?:[^`]|``)+`|[^\s`,()]+)"
-_COMMENT = re.compile(r"/\*.*?\*/|--[^\n]*\n|#[^\n]*\n", re.S)
 _HEAD = re.compile(r"\s*ALTER\s+(?:ONLINE\s+|OFFLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?"
                    r"(?:`(?:[^`]|``)+`|[^\s`.]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[^\s`.]+))?"
                    r"(?:\s+(?:WAIT\s+\d+|NOWAIT))?\s*", re.I)
@@ -162,7 +160,7 @@ def alter_ops(statement: str) -> list[Op]:
     >>> alter_ops("ALTER TABLE t RENAME COLUMN v TO w, ADD x INT DEFAULT 7, DROP COLUMN IF EXISTS y")
     [('rename', 'v', 'w'), ('add', 'x', 'x'), ('drop', 'y', 'y')]
     """
-    text = _COMMENT.sub(" ", statement)
+    text = COMMENT.sub(" ", statement)
     head = _HEAD.match(text)
     if not head:
         return []

@@ -79,7 +79,7 @@ class TableShape:
 
 _NAME = r"(?:`(?:[^`]|``)+`|[^\s`.,;()]+)"
 _QUALIFIED = rf"({_NAME}(?:\s*\.\s*{_NAME})?)"
-_COMMENT = re.compile(r"/\*.*?\*/|--[^\n]*\n|#[^\n]*\n", re.S)
+COMMENT = re.compile(r"/\*.*?\*/|--[^\n]*\n|#[^\n]*\n", re.S)
 _STATEMENTS: list[tuple[Kind, re.Pattern[str]]] = [
     ("alter", re.compile(rf"ALTER\s+(?:ONLINE\s+|OFFLINE\s+)?(?:IGNORE\s+)?TABLE\s+(?:IF\s+EXISTS\s+)?{_QUALIFIED}",
                          re.I)),
@@ -113,7 +113,7 @@ def ddl_tables(statement: str, default_db: str) -> list[tuple[Kind, str, str]]:
     `("drop_database", "d", "*")`: every table in it. A plain `CREATE TABLE` is `create_table`: only a
     table that is not captured yet can be created, so it matters only when it matches the patterns.
     """
-    text = _COMMENT.sub(" ", statement).strip()
+    text = COMMENT.sub(" ", statement).strip()
     for kind, pattern in _STATEMENTS:
         m = pattern.match(text)
         if not m:
