@@ -22,6 +22,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
 from binlake.reconnect import Backoff, is_connection_lost
+from binlake.rowcodec import RowDecoder
 from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,7 @@ def read_changes(
     in_txn = False
     gtid: str | None = None
     shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]] = {}
+    fast = RowDecoder()
     while True:
         stream = _open(params, server_id, txn_start)
         try:
@@ -204,7 +206,7 @@ def read_changes(
                     if wanted(event.schema, event.table):
                         if ddl:
                             yield from _shape_change(shapes, event, file, begin, txn_start)
-                        yield from _rows(event, file, begin, gtid)
+                        yield from _rows(event, file, begin, gtid, fast)
                 elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
                     if ddl and isinstance(event, QueryEvent):
                         default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
@@ -247,9 +249,23 @@ def _query(event: Any) -> str:
     return _text(event.query).strip().upper()
 
 
-def _rows(event: Any, file: str, begin: int, gtid: str | None) -> Iterator[RowChange]:
+def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder) -> Iterator[RowChange]:
     table = f"{event.schema}.{event.table}"
     ts = int(event.timestamp)
+    update = isinstance(event, UpdateRowsEvent)
+    images = fast.images(event, update)
+    if images is not None:
+        if update:
+            for i, (before, after) in enumerate(images):
+                yield RowChange(table, "u", before, after, file, begin, i, ts, gtid)
+        else:
+            insert = isinstance(event, WriteRowsEvent)
+            for i, image in enumerate(images):
+                if insert:
+                    yield RowChange(table, "c", None, image, file, begin, i, ts, gtid)
+                else:
+                    yield RowChange(table, "d", image, None, file, begin, i, ts, gtid)
+        return
     times = [c.name for c in getattr(event, "columns", []) if c.type == FIELD_TYPE.TIME2]
     for i, row in enumerate(event.rows):
         if isinstance(event, WriteRowsEvent):

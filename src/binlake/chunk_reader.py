@@ -76,8 +76,8 @@ def row_identity(schema: TableSchema, row: dict[str, Any]) -> tuple[Any, ...]:
 
 def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[dict[str, str | None]]:
     """The chunk's rows as they are now, encoded: no watermarks (what `verify` compares against)."""
-    names = schema.names
-    return [schema.encode_row(dict(zip(names, v))) for v in select_rows(params, *_chunk_query(schema, split))]
+    names, encode = schema.names, schema.row_encoder()
+    return [encode(dict(zip(names, v))) for v in select_rows(params, *_chunk_query(schema, split))]
 
 
 def read_chunk(
@@ -126,7 +126,8 @@ def read_chunk(
             log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
     finally:
         conn.close()
-    rows = [schema.encode_row(row) for row in buffer.values()]
+    encode = schema.row_encoder()
+    rows = [encode(row) for row in buffer.values()]
     return ChunkResult(split, lw, hw, rows, time.monotonic() - began, folded)
 
 
@@ -190,8 +191,8 @@ def read_multiset_chunk(
             lw, hw, values = _quiet_read(params, conn, schema, split, server_id, hooks)
     finally:
         conn.close()
-    names = schema.names
-    rows = [schema.encode_row(dict(zip(names, v))) for v in values]
+    names, encode = schema.names, schema.row_encoder()
+    rows = [encode(dict(zip(names, v))) for v in values]
     log.info("split %s: %d rows at %s", split.id, len(rows), hw)
     return ChunkResult(split, lw, hw, rows, time.monotonic() - began)
 

@@ -67,3 +67,25 @@ def test_date_and_time_keys_order_the_same_from_a_bound_and_from_the_binlog() ->
     assert ranked == ["-01:00:00", "-00:30:00.000000", "00:00:00", "100:00:00"]
     assert order.sort_key([same[0], dt.timedelta(hours=-1), same[2], same[3]]) < order.bound_key(bound)
     assert order.sort_key([dt.date(2024, 1, 1), dt.timedelta(0), same[2], same[3]]) > order.bound_key(bound)
+
+
+def test_column_encoders_give_what_encode_gives() -> None:
+    import decimal
+
+    columns = [Column("i", "int", "int(11)"), Column("bu", "bigint", "bigint(20) unsigned"),
+               Column("c", "char", "char(3)"), Column("e", "enum", "enum('a','b')"), Column("d", "double", "double"),
+               Column("n", "decimal", "decimal(10,2)", precision=10, scale=2), Column("s", "set", "set('x','y')"),
+               Column("b", "blob", "blob"), Column("t", "datetime", "datetime(6)", fraction=6)]
+    values = [None, 0, -5, 2**64 - 1, True, "x", "", b"ab\xff", 1.5, float("nan"), decimal.Decimal("-1.50"),
+              {"x", "y"}, set(), dt.datetime(2024, 1, 2, 3, 4, 5, 6)]
+    checked = 0
+    for c in columns:
+        encode = c.encoder()
+        for v in values:
+            try:
+                want = c.encode(v)
+            except (TypeError, ValueError, AttributeError, OverflowError, MemoryError, decimal.InvalidOperation):
+                continue  # a value this type never holds
+            assert encode(v) == want, (c.name, v)
+            checked += 1
+    assert checked > 60

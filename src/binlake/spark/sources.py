@@ -205,6 +205,8 @@ class BinlogReader(DataSourceStreamReader):
             since = self.job.get("since")
             applied = self.job.get("applied")
             evolver = _evolver(self.job, schemas, splits, BinlogPosition.from_dict(partition.start), guard, conn)
+            encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
+            dumps = json.JSONEncoder(ensure_ascii=False).encode
             for change in changes:
                 if not isinstance(change, RowChange):
                     version = evolver.follow(change) if evolver is not None else False
@@ -219,10 +221,13 @@ class BinlogReader(DataSourceStreamReader):
                 if applied and contains(applied, change.gtid):
                     continue  # a GTID startup position names this transaction as already had
                 schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
+                encode = encoders.get(id(schema))
+                if encode is None:
+                    encode = encoders[id(schema)] = schema.row_encoder()
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
                         continue
-                    text = json.dumps(schema.encode_row(part.image), ensure_ascii=False)
+                    text = dumps(encode(part.image))
                     size += len(text)
                     rows.append((part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos,
                                  part.gtid, None, text))

@@ -1,0 +1,108 @@
+"""The generated row decoder (binlake.rowcodec) against mysql-replication's own decoding, value for value,
+over real binlog events of every type it handles: inserts, updates (both images) and deletes of the
+rows test_types uses, in multi-row and single-row events. A table with a type it leaves to the library
+(TIME) still reads the same."""
+
+from __future__ import annotations
+
+import decimal
+from typing import Any
+
+import pytest
+
+from binlake import rowcodec
+from binlake.binlog_reader import RowChange, read_changes
+from binlake.source import connect as source_connect, master_position
+
+from .capture import connect
+from .helpers import params
+from .test_types import COLUMNS, ROWS
+
+# the types the generated decoder reads itself (TIME, BIT and JSON are left to mysql-replication)
+FAST = [(i, n, t) for i, (n, t, _) in enumerate(COLUMNS) if not t.startswith(("TIME(", "TIME ", "BIT")) and t not in ("TIME", "JSON")]
+
+
+def _changes(dev_db: Any, database: str, start: Any, stop: Any) -> list[tuple[Any, ...]]:
+    got = read_changes(params(dev_db), 5391, start, stop, lambda d, t: d == database)
+    return [(c.table, c.op, c.row, c.before, c.after) for c in got if isinstance(c, RowChange)]
+
+
+def _write(dev_db: Any, database: str, table: str, cols: list[tuple[int, str, str]]) -> tuple[Any, Any]:
+    p = params(dev_db)
+    conn = source_connect(p)
+    start = master_position(conn)
+    names = [n for _, n, _ in cols]
+    rows = [[r[i] for i, _, _ in cols] for r in ROWS]
+    with connect(dev_db.running_port(), database, time_zone="+05:30", sql_mode="") as w, w.cursor() as cur:
+        cur.execute(f"CREATE TABLE {table} (id INT PRIMARY KEY, "
+                    + ", ".join(f"`{n}` {t}" for _, n, t in cols) + ", l1 VARCHAR(20) CHARACTER SET latin1, "
+                    "u3 CHAR(5) CHARACTER SET utf8mb3) CHARACTER SET utf8mb4")
+        values = [f"({i}, {', '.join(r)}, 'café', 'ñé')" for i, r in enumerate(rows, 1)]
+        cur.execute(f"INSERT INTO {table} VALUES {', '.join(values)}")  # one multi-row event
+        for i, r in enumerate(rows, 1):
+            other = rows[i % len(rows)]
+            cur.execute(f"INSERT INTO {table} VALUES ({100 + i}, {', '.join(r)}, NULL, NULL)")
+            sets = ", ".join(f"`{c}` = {v}" for c, v in zip(names, other))
+            cur.execute(f"UPDATE {table} SET {sets}, l1 = 'Ø' WHERE id = {i}")
+        cur.execute(f"UPDATE {table} SET id = id + 1000 WHERE id > 100")  # multi-row update
+        cur.execute(f"DELETE FROM {table} WHERE id > 1000")
+    stop = master_position(conn)
+    conn.close()
+    return start, stop
+
+
+def test_generated_decoder_gives_the_librarys_values(dev_db, database, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    start, stop = _write(dev_db, database, "fast", FAST)
+    used = []
+    images = rowcodec.RowDecoder.images
+
+    def counting(self: Any, event: Any, pairs: bool) -> Any:
+        out = images(self, event, pairs)
+        used.append(out is not None)
+        return out
+
+    monkeypatch.setattr(rowcodec.RowDecoder, "images", counting)
+    fast = _changes(dev_db, database, start, stop)
+    assert used and all(used), "every event of the table is decoded by the generated decoder"
+    monkeypatch.setattr(rowcodec.RowDecoder, "images", lambda self, event, pairs: None)
+    library = _changes(dev_db, database, start, stop)
+    assert len(fast) == len(library) == 5 * len(ROWS)
+    for a, b in zip(fast, library):
+        assert a[:3] == b[:3]
+        for image_a, image_b in zip(a[3:], b[3:]):
+            if image_a != image_b:
+                assert {k: v for k, v in image_a.items() if v != image_b.get(k)} == \
+                    {k: v for k, v in image_b.items() if v != image_a.get(k)}, a[:3]
+        for image_a, image_b in zip(a[3:], b[3:]):  # equal and of the same Python types
+            if image_a is not None:
+                assert {k: type(v) for k, v in image_a.items()} == {k: type(v) for k, v in image_b.items()}
+
+
+def test_a_table_with_a_type_it_does_not_handle_reads_through_the_library(dev_db, database, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    cols = FAST[:3] + [(i, n, t) for i, (n, t, _) in enumerate(COLUMNS) if t == "TIME(2)"]
+    start, stop = _write(dev_db, database, "slow", cols)
+    used = []
+    images = rowcodec.RowDecoder.images
+    monkeypatch.setattr(rowcodec.RowDecoder, "images",
+                        lambda self, event, pairs: used.append(1) or images(self, event, pairs))
+    changes = _changes(dev_db, database, start, stop)
+    assert used and len(changes) == 5 * len(ROWS)
+    negative = [c[4]["tm2"] for c in changes if c[4] is not None and c[4]["tm2"] is not None]
+    assert any(t.total_seconds() == -0.01 for t in negative)  # the library's TIME, corrected by _image
+
+
+@pytest.mark.parametrize("precision,scale,text", [
+    (10, 2, "-12345678.91"), (65, 30, "12345678901234567890123456789012345.123456789012345678901234567890"),
+    (5, 5, "-0.00001"), (20, 0, "0"), (12, 4, "-0.5000"),
+])
+def test_decimal_round_trip(dev_db, database, precision, scale, text) -> None:  # type: ignore[no-untyped-def]
+    with connect(dev_db.running_port(), database) as w, w.cursor() as cur:
+        cur.execute(f"CREATE TABLE d (id INT PRIMARY KEY, v DECIMAL({precision},{scale}))")
+        p = params(dev_db)
+        conn = source_connect(p)
+        start = master_position(conn)
+        cur.execute(f"INSERT INTO d VALUES (1, {text})")
+        stop = master_position(conn)
+        conn.close()
+    (change,) = _changes(dev_db, database, start, stop)
+    assert change[4]["v"] == decimal.Decimal(text)
