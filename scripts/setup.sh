@@ -49,4 +49,10 @@ if [ ! -f "$JARS/$DELTA_ARTIFACT-$DELTA_VERSION.jar" ]; then
       -Dmdep.overWriteIfNewer=true
   done
 fi
+# Spark and Delta's classes, pre-parsed for the JVM: a local run starts in about two thirds of the time
+archive="$JARS/binlake-classes.jsa"
+if [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; then
+  echo "binlake setup: writing the JVM class archive (about a minute, once)"
+  "$VENV/bin/python" -m binlake.spark.jvm_archive || true
+fi
 echo "binlake setup: ready ($VENV/bin/binlake)"

@@ -26,6 +26,29 @@ def delta_jars() -> list[str]:
     return [str(d / j) for j in DELTA_JARS]
 
 
+def archive_path() -> Path:
+    """The JVM class archive `make setup` writes (see jvm_archive)."""
+    return jars_dir() / "binlake-classes.jsa"
+
+
+def log_option() -> str:
+    return f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"
+
+
+def java_options() -> str:
+    """The local JVM's options: binlake's logging, the class archive when there is one (one made by
+    another Java build or for other jars is ignored), and BINLAKE_JAVA_OPTIONS (for example
+    -XX:TieredStopAtLevel=1, which makes short runs faster and long ones slower)."""
+    options = [log_option()]
+    archive = archive_path()
+    if archive.is_file():
+        options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    extra = os.environ.get("BINLAKE_JAVA_OPTIONS", "").strip()
+    if extra:
+        options.append(extra)
+    return " ".join(options)
+
+
 def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[no-untyped-def]
     """The active session if there is one (Databricks, tests), else a local one with Delta."""
     from pyspark.sql import SparkSession
@@ -35,9 +58,7 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault(
-        "PYSPARK_SUBMIT_ARGS", f"--driver-java-options -Dlog4j2.configurationFile=file:{LOG_CONFIG} pyspark-shell"
-    )
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{java_options()}' pyspark-shell")
     builder = (
         SparkSession.builder.master(f"local[{max(1, parallelism)}]")
         .appName(app_name)
