@@ -48,10 +48,19 @@ class ChunkResult:
     split: Split
     lw: BinlogPosition
     hw: BinlogPosition
-    rows: list[dict[str, str | None]]  # encoded rows (schema.Column.encode), state at hw
+    names: list[str]
+    columns: list[list[str | None]]  # encoded values (schema.Column.encode), one list per column: state at hw
     seconds: float = 0.0
     folded_events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    @property
+    def rows(self) -> list[dict[str, str | None]]:
+        return [dict(zip(self.names, values)) for values in zip(*self.columns)]
 
 
 class Membership:
@@ -74,10 +83,16 @@ def row_identity(schema: TableSchema, row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(c.encode(row.get(c.name)) for c in cols)
 
 
-def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[dict[str, str | None]]:
-    """The chunk's rows as they are now, encoded: no watermarks (what `verify` compares against)."""
-    names, encode = schema.names, schema.row_encoder()
-    return [encode(dict(zip(names, v))) for v in select_rows(params, *_chunk_query(schema, split))]
+def encode_columns(schema: TableSchema, values: list[tuple[Any, ...]]) -> list[list[str | None]]:
+    """Rows of values in `schema.names` order -> one list of encoded values per column."""
+    if not values:
+        return [[] for _ in schema.columns]
+    return [list(map(encode, column)) for encode, column in zip(schema.column_encoders(), zip(*values))]
+
+
+def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[list[str | None]]:
+    """The chunk's rows as they are now, encoded, by column: no watermarks."""
+    return encode_columns(schema, select_rows(params, *_chunk_query(schema, split)))
 
 
 def read_chunk(
@@ -99,12 +114,8 @@ def read_chunk(
         faults.point("after_low_watermark", split.id)
         if hooks.after_low_watermark:
             hooks.after_low_watermark()
-        buffer: dict[tuple[Any, ...], dict[str, Any]] = {}
-        names = schema.names
-        for values in _select(params, schema, split):
-            row = dict(zip(names, values))
-            buffer[row_identity(schema, row)] = row
-        log.info("split %s: selected %d rows", split.id, len(buffer))
+        values = _select(params, schema, split)
+        log.info("split %s: selected %d rows", split.id, len(values))
         if hooks.after_select:
             hooks.after_select()
         if hooks.before_high_watermark:
@@ -114,21 +125,33 @@ def read_chunk(
         faults.point("before_fold", split.id)
         folded = 0
         if hw > lw:
-            member = Membership(KeyOrder(schema, conn), split)
             guard = Guard.on({schema.name: schema}, conn)
+            changes = []
             for change in _changes(params, schema, server_id, lw, hw, is_mariadb, ddl=True):
                 if not isinstance(change, RowChange):
                     guard.check(change)
                     continue
-                for part in split_key_change(change, schema.key, operator.eq):
-                    folded += 1
-                    _fold(schema, buffer, member, part)
+                changes += split_key_change(change, schema.key, operator.eq)
+            if changes:
+                values = _folded(schema, values, Membership(KeyOrder(schema, conn), split), changes)
+                folded = len(changes)
             log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
     finally:
         conn.close()
-    encode = schema.row_encoder()
-    rows = [encode(row) for row in buffer.values()]
-    return ChunkResult(split, lw, hw, rows, time.monotonic() - began, folded)
+    return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began, folded)
+
+
+def _folded(schema: TableSchema, values: list[tuple[Any, ...]], member: Membership,
+            changes: list[RowChange]) -> list[tuple[Any, ...]]:
+    """The SELECT's rows with the row changes between LW and HW replayed on them in binlog order."""
+    names = schema.names
+    buffer: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for v in values:
+        row = dict(zip(names, v))
+        buffer[row_identity(schema, row)] = row
+    for change in changes:
+        _fold(schema, buffer, member, change)
+    return [tuple(row.get(n) for n in names) for row in buffer.values()]
 
 
 def _select(params: dict[str, Any], schema: TableSchema, split: Split) -> list[Any]:
@@ -191,10 +214,8 @@ def read_multiset_chunk(
             lw, hw, values = _quiet_read(params, conn, schema, split, server_id, hooks)
     finally:
         conn.close()
-    names, encode = schema.names, schema.row_encoder()
-    rows = [encode(dict(zip(names, v))) for v in values]
-    log.info("split %s: %d rows at %s", split.id, len(rows), hw)
-    return ChunkResult(split, lw, hw, rows, time.monotonic() - began)
+    log.info("split %s: %d rows at %s", split.id, len(values), hw)
+    return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began)
 
 
 def _consistent_read(conn: Any, schema: TableSchema, split: Split,

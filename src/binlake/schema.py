@@ -290,6 +290,9 @@ class TableSchema:
     def encode_row(self, row: dict[str, Any]) -> dict[str, str | None]:
         return {c.name: c.encode(row.get(c.name)) for c in self.columns}
 
+    def column_encoders(self) -> list[Callable[[Any], str | None]]:
+        return [c.encoder() for c in self.columns]
+
     def row_encoder(self) -> Callable[[dict[str, Any]], dict[str, str | None]]:
         """`encode_row` as one function, each column's encoder chosen once: for the hot loops."""
         pairs = [(c.name, c.encoder()) for c in self.columns]

@@ -59,3 +59,21 @@ def test_databricks_pipeline_refuses_a_table_without_a_unique_key() -> None:
         _define_table(None, None, None, "d.t", keyless, 1)  # type: ignore[arg-type]
     unique = TableSchema("d", "t", cols, (), ("g",), chunk_key_unique=True)
     assert not unique.multiset and unique.key == ("g",)
+
+
+def test_snapshot_batches_hold_at_most_batch_rows_and_about_batch_bytes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from binlake.spark import sources
+
+    monkeypatch.setattr(sources, "BATCH_ROWS", 4)
+    monkeypatch.setattr(sources, "BATCH_BYTES", 10)
+    ids = [str(i) for i in range(10)]
+    narrow = list(sources._parts([ids, ids], []))
+    assert narrow == [(0, 4), (4, 8), (8, 10)]
+    blobs = ["x" * 6, None, "x" * 3, "x" * 12, "", "x", "x" * 9, "x", "x", "x"]
+    cut = list(sources._parts([ids, blobs], [1]))
+    # every row once, in order; no batch over 4 rows; a batch passes 10 bytes only by its last row
+    assert [r for b, e in cut for r in range(b, e)] == list(range(10))
+    assert all(e - b <= 4 for b, e in cut)
+    for b, e in cut:
+        assert sum(len(v or "") for v in blobs[b:e - 1]) < 10
+    assert cut == [(0, 4), (4, 7), (7, 8), (8, 10)]

@@ -81,37 +81,40 @@ class SnapshotReader(DataSourceReader):
         schema = TableSchema.from_dict(job["schema"])
         names = schema.names
         fields = _meta_arrow() + [(f"_c{i}", pa.string()) for i in range(len(names))]
+        wide = [i for i, c in enumerate(schema.columns) if c.data_type in WIDE_TYPES]
         for raw in partition.splits:
             split = Split.from_dict(raw)
             if job.get("plain"):
-                rows, seq, file, pos = select_chunk(params, schema, split), None, None, None
+                columns, seq, file, pos = select_chunk(params, schema, split), None, None, None
             else:
                 result = read_chunk(params, schema, split, partition.server_id, is_mariadb=job.get("is_mariadb", True))
-                rows, seq, file, pos = result.rows, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
-            for part in _parts(rows, [c.name for c in schema.columns if c.data_type in WIDE_TYPES]):
-                n = len(part)
+                columns, seq, file, pos = result.columns, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
+            for begin, end in _parts(columns, wide):
+                n = end - begin
                 meta = [[schema.name] * n, ["r"] * n, [seq] * n, [None] * n, [file] * n, [pos] * n, [None] * n,
                         [split.index] * n]
-                yield _arrow_batch(fields, meta + [[r[c] for r in part] for c in names])
+                yield _arrow_batch(fields, meta + [c[begin:end] for c in columns])
             if not job.get("plain"):
                 yield _arrow_batch(fields, [[schema.name], ["w"], [seq], [None], [file], [pos], [None], [split.index]]
                                    + [[None]] * len(names))
 
 
-def _parts(rows: list[dict[str, Any]], wide: list[str]) -> Iterator[list[dict[str, Any]]]:
-    """Consecutive slices of `rows` of at most BATCH_ROWS rows and about BATCH_BYTES of wide values."""
-    if not wide:
-        for at in range(0, len(rows), BATCH_ROWS):
-            yield rows[at:at + BATCH_ROWS]
-        return
-    begin, size = 0, 0
-    for i, row in enumerate(rows):
-        size += sum(len(row[c] or "") for c in wide)
-        if i + 1 - begin >= BATCH_ROWS or size >= BATCH_BYTES:
-            yield rows[begin:i + 1]
-            begin, size = i + 1, 0
-    if begin < len(rows):
-        yield rows[begin:]
+def _parts(columns: list[list[Any]], wide: list[int]) -> Iterator[tuple[int, int]]:
+    """Consecutive row ranges `[begin, end)` of at most BATCH_ROWS rows and about BATCH_BYTES of wide values."""
+    count = len(columns[0]) if columns else 0
+    for at in range(0, count, BATCH_ROWS):
+        end = min(at + BATCH_ROWS, count)
+        if sum(len(v) for i in wide for v in columns[i][at:end] if v) < BATCH_BYTES:
+            yield at, end
+            continue
+        begin, size = at, 0  # megabyte values: cut this slice finer, row by row
+        for row in range(at, end):
+            size += sum(len(columns[i][row] or "") for i in wide)
+            if size >= BATCH_BYTES:
+                yield begin, row + 1
+                begin, size = row + 1, 0
+        if begin < end:
+            yield begin, end
 
 
 class SnapshotSource(DataSource):
