@@ -12,8 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # BINLAKE_TEST_DATADIR gives one test session its own server (sessions sharing one stop it under each other)
 TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake" / "test-mariadb")
-# the suite starts dozens of short-lived binlake JVMs (each CLI run), which C1 alone compiles sooner
-os.environ.setdefault("BINLAKE_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 
 @pytest.fixture(scope="session")

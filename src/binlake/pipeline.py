@@ -369,7 +369,7 @@ def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split]) -> N
     b = ctx.target.bronze(schema.name).location
     chunks = [s.index for s in landed]
     rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
-    silver.apply(spark, schema, rows, ctx.target.silver(schema.name).location, b)
+    silver.insert_snapshot(spark, schema, rows, ctx.target.silver(schema.name).location, b)
     faults.point("after_silver_chunks", schema.name)
     split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])
 

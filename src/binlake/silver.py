@@ -84,6 +84,28 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     )
 
 
+def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, silver: str, bronze: str) -> None:
+    """Snapshot rows (`r`) of landed chunks into silver, locally, before the stream starts.
+
+    Each key is in one chunk and each chunk's rows are in bronze once, and nothing but these chunks
+    has reached this silver yet (the stream starts after every chunk is applied; a table snapshotted
+    again starts from an empty silver). So a row is inserted unless its key is there already, which
+    happens only when the same chunk is applied again after a crash: an insert-only MERGE, with no
+    ordering window, no look at bronze and no rewrite of silver's files. Key-less tables are
+    recounted (`apply_multiset`) as always.
+    """
+    from delta.tables import DeltaTable
+
+    if schema.multiset:
+        apply_multiset(spark, schema, rows, silver, bronze)
+        return
+    cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
+    cols.update({"_seq": "s._seq", "_ts": "s._ts"})
+    on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in schema.key)
+    faults.point("mid_merge", schema.name)
+    DeltaTable.forPath(spark, silver).alias("t").merge(rows.alias("s"), on).whenNotMatchedInsert(values=cols).execute()
+
+
 def apply_multiset(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str,
                    bronze: str) -> None:
     """Silver of a table whose rows are told apart only by their values (no primary key, a chunk key

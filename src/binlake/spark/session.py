@@ -36,16 +36,12 @@ def log_option() -> str:
 
 
 def java_options() -> str:
-    """The local JVM's options: binlake's logging, the class archive when there is one (one made by
-    another Java build or for other jars is ignored), and BINLAKE_JAVA_OPTIONS (for example
-    -XX:TieredStopAtLevel=1, which makes short runs faster and long ones slower)."""
+    """The local JVM's options: binlake's logging, and the class archive when there is one (one made
+    by another Java build or for other jars is ignored)."""
     options = [log_option()]
     archive = archive_path()
     if archive.is_file():
         options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
-    extra = os.environ.get("BINLAKE_JAVA_OPTIONS", "").strip()
-    if extra:
-        options.append(extra)
     return " ".join(options)
 
 
