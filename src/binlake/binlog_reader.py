@@ -254,27 +254,18 @@ def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder)
     ts = int(event.timestamp)
     update = isinstance(event, UpdateRowsEvent)
     images = fast.images(event, update)
-    if images is not None:
+    if images is None:  # a shape the generated decoder leaves to mysql-replication
+        times = [c.name for c in getattr(event, "columns", []) if c.type == FIELD_TYPE.TIME2]
+        images = [(_image(row, "before_", times), _image(row, "after_", times)) if update else _image(row, "", times)
+                  for row in event.rows]
+    insert = isinstance(event, WriteRowsEvent)
+    for i, image in enumerate(images):
         if update:
-            for i, (before, after) in enumerate(images):
-                yield RowChange(table, "u", before, after, file, begin, i, ts, gtid)
+            yield RowChange(table, "u", image[0], image[1], file, begin, i, ts, gtid)
+        elif insert:
+            yield RowChange(table, "c", None, image, file, begin, i, ts, gtid)
         else:
-            insert = isinstance(event, WriteRowsEvent)
-            for i, image in enumerate(images):
-                if insert:
-                    yield RowChange(table, "c", None, image, file, begin, i, ts, gtid)
-                else:
-                    yield RowChange(table, "d", image, None, file, begin, i, ts, gtid)
-        return
-    times = [c.name for c in getattr(event, "columns", []) if c.type == FIELD_TYPE.TIME2]
-    for i, row in enumerate(event.rows):
-        if isinstance(event, WriteRowsEvent):
-            yield RowChange(table, "c", None, _image(row, "", times), file, begin, i, ts, gtid)
-        elif isinstance(event, UpdateRowsEvent):
-            yield RowChange(table, "u", _image(row, "before_", times), _image(row, "after_", times), file, begin, i,
-                            ts, gtid)
-        else:
-            yield RowChange(table, "d", _image(row, "", times), None, file, begin, i, ts, gtid)
+            yield RowChange(table, "d", image, None, file, begin, i, ts, gtid)
 
 
 def _image(row: dict[str, Any], prefix: str, times: list[str]) -> dict[str, Any]:

@@ -55,10 +55,6 @@ class ChunkResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def count(self) -> int:
-        return len(self.columns[0]) if self.columns else 0
-
-    @property
     def rows(self) -> list[dict[str, str | None]]:
         return [dict(zip(self.names, values)) for values in zip(*self.columns)]
 

@@ -22,8 +22,8 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from pymysql.charset import charset_by_name
 from pymysqlreplication.constants import FIELD_TYPE
+from pymysqlreplication.row_event import RowsEvent
 
 Image = dict[str, Any]
 Decoder = Callable[[bytes, int], tuple[Image, int]]
@@ -48,8 +48,7 @@ def _encoding(column: Any) -> str | None:
     name = column.character_set_name
     if name is None:
         return "utf-8"
-    charset = charset_by_name(name)
-    encoding = charset.encoding if charset else name
+    encoding = RowsEvent.charset_to_encoding(name)
     try:
         codecs.lookup(encoding)
     except LookupError:

@@ -287,15 +287,12 @@ class TableSchema:
         """The snapshot's SELECT list, one expression per column in `names` order."""
         return ", ".join(c.select_expr() for c in self.columns)
 
-    def encode_row(self, row: dict[str, Any]) -> dict[str, str | None]:
-        return {c.name: c.encode(row.get(c.name)) for c in self.columns}
-
     def column_encoders(self) -> list[Callable[[Any], str | None]]:
         return [c.encoder() for c in self.columns]
 
     def row_encoder(self) -> Callable[[dict[str, Any]], dict[str, str | None]]:
-        """`encode_row` as one function, each column's encoder chosen once: for the hot loops."""
-        pairs = [(c.name, c.encoder()) for c in self.columns]
+        """A function encoding a row (name -> value) column by column, each column's encoder chosen once."""
+        pairs = list(zip(self.names, self.column_encoders()))
         return lambda row: {name: encode(row.get(name)) for name, encode in pairs}
 
     def to_dict(self) -> dict[str, Any]:
