@@ -1,14 +1,12 @@
 """Latency: a steady writer inserts rows at a fixed rate while `binlake run` streams continuously; how
 long until each row is visible in silver.
 
-Each row carries its commit time in a DATETIME(6) column (UTC, set by the writer in the statement that
-commits it; autocommit). Two views of "visible", both reported:
-- `p50_s`/`p99_s`: a second Spark session in this process reads the silver Delta table every
-  POLL_S seconds; a row's visible time is the end of the first read that returned it. This is what a
-  reader polling silver experiences and includes up to one poll interval plus the read itself.
-- `commit_p50_s`/`commit_p99_s`: the time of the silver Delta commit that first contained the row
-  (the modification time of its `_delta_log/NNN.json`), found after the run from the Parquet files each
-  commit added. This is binlake's own latency with no polling error.
+Each row carries its commit time in the source (the writer's clock, taken as it commits; autocommit).
+A row is visible in silver once the Delta commit that adds it exists: `p50_s`/`p99_s` use that
+commit's time (the modification time of its `_delta_log/NNN.json`). The watcher reads silver's
+Delta log itself, with pyarrow over each commit's added files: no second Spark session competes
+with binlake for the machine's two cores. `seen_p50_s`/`seen_p99_s` are when the watcher, polling
+every POLL_S seconds, first found the row (so they include up to one poll interval).
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ from harness import ROOT, WORK, Source, TreeSampler, cli_env, env_int, stop_grou
 
 DATABASE = "bench_latency"
 TABLE = "ticks"
-POLL_S = 0.5
+POLL_S = 0.2
 
 
 class Writer(threading.Thread):
@@ -77,24 +75,39 @@ def summary(latencies: list[float], expected: int, prefix: str = "") -> dict[str
     return out
 
 
-def commit_times(silver: Path) -> dict[int, float]:
-    """For every id in silver: the modification time of the first Delta commit whose added files hold it."""
-    import pyarrow.parquet as pq
+class SilverWatcher:
+    """Reads silver's Delta log as it grows: for each source `id`, the time of the first commit that
+    added it and the time this watcher first saw it."""
 
-    first: dict[int, float] = {}
-    log = silver / "_delta_log"
-    commits = sorted((int(p.stem), p) for p in log.glob("*.json") if p.stem.isdigit())
-    for _version, path in commits:
-        when = path.stat().st_mtime
-        for line in path.read_text().splitlines():
-            action = json.loads(line)
-            add = action.get("add")
-            if not add:
-                continue
-            ids = pq.read_table(silver / add["path"], columns=["id"]).column("id").to_pylist()
-            for i in ids:
-                first.setdefault(int(i), when)
-    return first
+    def __init__(self, silver: Path) -> None:
+        self.silver = silver
+        self.next_version = 0
+        self.physical: str | None = None  # the Parquet name of `id` (silver maps columns by name)
+        self.committed: dict[int, float] = {}
+        self.seen: dict[int, float] = {}
+
+    def poll(self) -> None:
+        import pyarrow.parquet as pq
+
+        log = self.silver / "_delta_log"
+        while (path := log / f"{self.next_version:020d}.json").exists():
+            try:
+                actions = [json.loads(line) for line in path.read_text().splitlines()]
+            except ValueError:
+                return  # being written: read it on the next poll
+            when, now = path.stat().st_mtime, time.time()
+            for action in actions:
+                if "metaData" in action:
+                    fields = json.loads(action["metaData"]["schemaString"])["fields"]
+                    field = next(f for f in fields if f["name"] == "id")
+                    self.physical = field.get("metadata", {}).get("delta.columnMapping.physicalName", "id")
+                add = action.get("add")
+                if add and self.physical is not None:
+                    ids = pq.read_table(self.silver / add["path"], columns=[self.physical]).column(0).to_pylist()
+                    for i in ids:
+                        self.committed.setdefault(int(i), when)
+                        self.seen.setdefault(int(i), now)
+            self.next_version += 1
 
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO binlake\.spark\.streaming: batch (\d+): \{[^:]*: (\d+)", re.M)
@@ -115,19 +128,6 @@ def batch_stats(text: str) -> dict[str, Any]:
     }
 
 
-def lower_priority_of_reader(niceness: int = 10) -> int:
-    """The polling reader is an observer on a 2-core machine: its JVM (and the Python workers it forks
-    later) run at lower priority, so binlake gets the CPU when both want it."""
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            child.nice(niceness)
-        except psutil.Error:
-            pass
-    return niceness
-
-
 def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[Any], log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -140,8 +140,6 @@ def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[A
 
 
 def run(source: Source) -> dict[str, Any]:
-    from binlake.spark.session import get_spark
-
     began = time.monotonic()
     rate = env_int("BENCH_LATENCY_RATE", 200)
     seconds = env_int("BENCH_LATENCY_SECONDS", 60)
@@ -149,25 +147,7 @@ def run(source: Source) -> dict[str, Any]:
     source.execute(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, committed DATETIME(6) NOT NULL, note VARCHAR(32))",
                    database=DATABASE)
     cfg, lake = write_config("latency", source, [rf"{DATABASE}\.{TABLE}"])
-    silver = lake / "silver" / f"{DATABASE}__{TABLE}"
-    reader = get_spark(1, "binlake-bench-reader")  # started before binlake, so its start costs binlake nothing
-    observer_niceness = lower_priority_of_reader()
-    seen: dict[int, float] = {}
-    polls: list[float] = []
-
-    def poll() -> None:
-        t0 = time.monotonic()
-        if not (silver / "_delta_log").is_dir():
-            return
-        try:
-            ids = [r[0] for r in reader.read.format("delta").load(str(silver)).select("id").collect()]
-        except Exception:  # the table may be mid-creation on the first polls
-            return
-        now = time.time()
-        for i in ids:
-            seen.setdefault(int(i), now)
-        polls.append(time.monotonic() - t0)
-
+    watcher = SilverWatcher(lake / "silver" / f"{DATABASE}__{TABLE}")
     log = WORK / "latency" / "run.log"
     out_file = open(log, "w")
     proc = subprocess.Popen([*BINLAKE, "-v", "run", "-c", str(cfg)], cwd=ROOT, env=cli_env(), stdout=out_file,
@@ -185,19 +165,19 @@ def run(source: Source) -> dict[str, Any]:
                                    database=DATABASE)
 
                 def warmed(key: int = warm) -> bool:
-                    poll()
-                    return key in seen
+                    watcher.poll()
+                    return key in watcher.seen
                 wait_for(warmed, 900, f"warm-up row {warm} reaching silver", proc, log)
             ready_s = time.monotonic() - started
             writer.start()
             while writer.is_alive():
-                poll()
+                watcher.poll()
                 time.sleep(POLL_S)
             expected = set(writer.committed)
 
             def drained() -> bool:
-                poll()
-                return expected <= seen.keys()
+                watcher.poll()
+                return expected <= watcher.seen.keys()
             try:
                 wait_for(drained, 120, "every written row reaching silver", proc, log)
             except RuntimeError:
@@ -207,11 +187,9 @@ def run(source: Source) -> dict[str, Any]:
         if proc.poll() is None:
             stop_group(proc, grace=10)
         out_file.close()
-        reader.stop()
     committed = writer.committed
-    polled = [seen[i] - committed[i] for i in committed if i in seen]
-    exact = commit_times(silver)
-    in_commit = [exact[i] - committed[i] for i in committed if i in exact]
+    in_commit = [watcher.committed[i] - committed[i] for i in committed if i in watcher.committed]
+    seen = [watcher.seen[i] - committed[i] for i in committed if i in watcher.seen]
     return {
         "writer_rate_rows_per_s": rate,
         "writer_seconds": seconds,
@@ -219,17 +197,15 @@ def run(source: Source) -> dict[str, Any]:
         "writer_max_schedule_lag_s": round(writer.lag_max, 3),
         "stream_trigger_s": 1,
         "poll_interval_s": POLL_S,
-        "poll_reader_niceness": observer_niceness,
-        "poll_read_mean_s": round(sum(polls) / len(polls), 3) if polls else None,
-        **summary(polled, len(committed)),
-        **summary(in_commit, len(committed), "commit_"),
+        **summary(in_commit, len(committed)),
+        **summary(seen, len(committed), "seen_"),
         "run_ready_s": round(ready_s, 1),
         **batch_stats(log.read_text(errors="replace")),
         "stop": stopped,
         "peak_rss_mb": sampler.peak_mb,
         "peak_rss_parts_mb": sampler.peak_parts,
         "peak_pss_mb": sampler.peak_pss_mb,
-        "histogram_s": [round(v, 3) for v in sorted(polled)],
-        "commit_histogram_s": [round(v, 3) for v in sorted(in_commit)],
+        "histogram_s": [round(v, 3) for v in sorted(in_commit)],
+        "seen_histogram_s": [round(v, 3) for v in sorted(seen)],
         "section_s": round(time.monotonic() - began, 1),
     }

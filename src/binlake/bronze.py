@@ -132,3 +132,9 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
         .collect()
     )
     return [r.asDict() for r in rows]
+
+
+def newest_change(spark: SparkSession, location: str) -> Any:
+    """The largest `_seq` of a binlog change (c/u/d) in bronze, or None."""
+    df = spark.read.format("delta").load(location).where(F.col("_op").isin(*BINLOG_OPS))
+    return df.agg(F.max("_seq")).first()[0]

@@ -44,9 +44,18 @@ def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
 
 
 def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str,
-          oldest: Any = None) -> None:
+          oldest: Any = None, bronze_may_be_newer: bool = True, inserts_only: bool = False) -> None:
     """MERGE bronze-typed `changes` (any of r/c/u/d) into the silver table at `silver`. `oldest`, the
-    smallest `_seq` among them, saves a pass over `changes` when the caller knows it."""
+    smallest `_seq` among them, saves a pass over `changes` when the caller knows it.
+
+    The stream knows two things that make a micro-batch cheaper. `bronze_may_be_newer=False`: bronze
+    holds no change newer than these but their own (it held none past `oldest` when this run began,
+    and this run appends in binlog order), so the look at bronze is skipped. `inserts_only`: every
+    change is an insert (`c`), so each key occurs once, and silver cannot hold a key the source did
+    not have just before its insert, unless silver already holds that insert or a later image of the
+    key (a replay); an insert-only MERGE then does the same as the full one, without joining silver's
+    rows for updates and deletes.
+    """
     from delta.tables import DeltaTable
 
     if schema.multiset:
@@ -54,30 +63,34 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         return
     key = list(schema.key)
     data = changes.where(F.col("_op").isin(*DATA_OPS))
-    latest = latest_per_key(data, key)
+    latest = data if inserts_only else latest_per_key(data, key)
     if oldest is None:
         oldest = data.agg(F.min("_seq")).first()[0]
     if oldest is None:
         return  # nothing to apply
-    newer = (
-        spark.read.format("delta").load(bronze)
-        # bronze grows in _seq order, so file statistics skip everything older than this batch. Only
-        # binlog changes can be newer: a key's snapshot row comes from its one chunk, whose HW the
-        # stream's changes of that key all follow
-        .where((F.col("_seq") > F.lit(oldest)) & F.col("_op").isin(*BINLOG_OPS))
-        .select(*[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
-    )
-    cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]
-    cond.append(newer["__s"] > latest["_seq"])
-    source = latest.join(newer, cond, "left_anti")
+    source = latest
+    if bronze_may_be_newer:
+        newer = (
+            spark.read.format("delta").load(bronze)
+            # bronze grows in _seq order, so file statistics skip everything older than this batch. Only
+            # binlog changes can be newer: a key's snapshot row comes from its one chunk, whose HW the
+            # stream's changes of that key all follow
+            .where((F.col("_seq") > F.lit(oldest)) & F.col("_op").isin(*BINLOG_OPS))
+            .select(*[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
+        )
+        cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]
+        cond.append(newer["__s"] > latest["_seq"])
+        source = latest.join(newer, cond, "left_anti")
     cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
     cols.update({"_seq": "s._seq", "_ts": "s._ts"})
     on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in key)
     faults.point("mid_merge", schema.name)
+    merge = DeltaTable.forPath(spark, silver).alias("t").merge(source.alias("s"), on)
+    if inserts_only:
+        merge.whenNotMatchedInsert(values=cols).execute()
+        return
     (
-        DeltaTable.forPath(spark, silver).alias("t")
-        .merge(source.alias("s"), on)
-        .whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
+        merge.whenMatchedDelete(condition="s._op = 'd' AND s._seq > t._seq")
         .whenMatchedUpdate(condition="s._op <> 'd' AND s._seq > t._seq", set=cols)
         .whenNotMatchedInsert(condition="s._op <> 'd'", values=cols)
         .execute()

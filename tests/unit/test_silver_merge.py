@@ -66,3 +66,26 @@ def test_snapshot_row_after_later_delete_does_not_resurrect(spark, tmp_path) -> 
     assert current(spark, s) == {8: ("stream", 310)}
     land(spark, b, s, [("r", 200, 7, "snap", 3), ("r", 200, 8, "snap", 3), ("r", 200, 9, "snap", 3)])
     assert current(spark, s) == {8: ("stream", 310), 9: ("snap", 200)}
+
+
+def test_insert_only_batches_replay_and_meet_newer_images_like_the_full_merge(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The stream's cheaper MERGE for a batch of inserts: applied twice it changes nothing, and a replayed
+    insert of a key silver holds a later image of leaves that image."""
+    b, s = setup(spark, tmp_path)
+    land(spark, b, s, [("r", 100, 1, "snap", 0)])
+    inserts = changes(spark, [("c", 200, 2, "two", None), ("c", 210, 3, "three", None)])
+    for _ in range(2):
+        silver.apply(spark, SCHEMA, inserts, s, b, bronze_may_be_newer=False, inserts_only=True)
+        assert current(spark, s) == {1: ("snap", 100), 2: ("two", 200), 3: ("three", 210)}
+    silver.apply(spark, SCHEMA, changes(spark, [("u", 300, 2, "later", None)]), s, b, bronze_may_be_newer=False)
+    silver.apply(spark, SCHEMA, inserts, s, b, bronze_may_be_newer=False, inserts_only=True)
+    assert current(spark, s) == {1: ("snap", 100), 2: ("later", 300), 3: ("three", 210)}
+
+
+def test_newest_binlog_change_in_bronze(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    b, s = setup(spark, tmp_path)
+    assert bronze.newest_change(spark, b) is None
+    changes(spark, [("r", 900, 1, "snap", 0)]).write.format("delta").mode("append").save(b)
+    assert bronze.newest_change(spark, b) is None, "a snapshot row is not a binlog change"
+    changes(spark, [("u", 300, 1, "a", None), ("d", 350, 1, "a", None)]).write.format("delta").mode("append").save(b)
+    assert bronze.newest_change(spark, b) == 350

@@ -139,6 +139,8 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
                      None if policy == "fail" else history)
     progress_file = ctx.target.stream_progress
+    # per table: the newest binlog change bronze held before this run appended any (see silver.apply)
+    held: dict[str, Any] = {}
 
     def each_batch(df: Any, batch_id: int) -> None:
         df.persist()
@@ -146,7 +148,8 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
             began = time.monotonic()
             seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts"),
                                             F.min("_seq").alias("oldest"),
-                                            F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks")).collect()
+                                            F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks"),
+                                            F.sum(F.when(F.col("_op") != "c", 1).otherwise(0)).alias("others")).collect()
             read_s, bronze_s, silver_s = time.monotonic() - began, 0.0, 0.0
             for row in seen:
                 name = row["_table"]
@@ -159,12 +162,16 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
                     bronze_s += time.monotonic() - t
                     continue
                 schema = history[name][-1].schema
+                if name not in held:
+                    held[name] = bronze.newest_change(spark, b)
                 typed = bronze.typed(rows, schema)
                 bronze.append_batch(typed, b, f"binlake-stream-{app}-{name}", batch_id)
                 faults.point("mid_stream", name)
                 bronze_s += time.monotonic() - t
                 t = time.monotonic()
-                silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"])
+                silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
+                             bronze_may_be_newer=held[name] is not None and held[name] >= row["oldest"],
+                             inserts_only=not row["others"])
                 silver_s += time.monotonic() - t
             _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen}, began)
             log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
