@@ -68,17 +68,16 @@ def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
         patched.append((module, name, original))
 
     steps = [
-        (bronze, "chunk_marks", "Delta read: landed chunks, their HW and row count"),
-        (bronze, "replace_chunks", "reads the chunks from MariaDB + Delta write"),
+        (bronze, "chunk_marks", "Delta read: chunks landed before a crash, their HW and row count"),
+        (bronze, "replace_chunks", "reads the chunks from MariaDB + Delta write, observing their HW and row counts"),
         (silver, "apply", "MERGE into silver, anti-join on bronze"),
         (state, "record", "append to the split state"),
         (state, "add_planned", "append planned splits"),
         (pipeline, "read_group", "the whole group"),
         (bronze, "ensure_table", "create if missing"),
         (silver, "ensure_table", "create if missing"),
-        (state, "ensure", "create if missing"),
-        (state, "table_numbers", "Delta read"),
-        (state, "last_splits", "Delta read"),
+        (state, "planned", "Delta read: table numbers and where planning resumes"),
+        (state, "groups", "Delta read: unfinished groups and chunk counts"),
         (state, "load", "Delta read"),
     ]
     for module, name, what in steps:

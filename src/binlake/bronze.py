@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake.schema import TableSchema
+from binlake.target import CHECKPOINT_INTERVAL
 
 CHANGE_META = (
     "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT"
@@ -103,14 +104,21 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> Non
 
     if not DeltaTable.isDeltaTable(spark, location):
         (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
-         .property("delta.columnMapping.mode", "name").execute())
+         .property("delta.columnMapping.mode", "name").property("delta.checkpointInterval", CHECKPOINT_INTERVAL)
+         .execute())
 
 
-def replace_chunks(df: DataFrame, location: str, chunks: list[int]) -> None:
-    """Write a group's snapshot rows; a re-read chunk replaces its own rows, never duplicates them."""
+def replace_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[str, Any]]:
+    """Write a group's snapshot rows; a re-read chunk replaces its own rows, never duplicates them.
+    Returns each chunk's marks as `chunk_marks` does, observed while the rows were written, so the
+    group costs no read of bronze after its write."""
+    from pyspark.sql import Observation
+
+    marks = Observation()
     where = f"_chunk IN ({', '.join(str(int(c)) for c in chunks)})"
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", where)
+    (df.observe(marks, *_mark_columns(chunks)).write.format("delta").mode("overwrite").option("replaceWhere", where)
      .option("mergeSchema", "true").save(location))
+    return _marks(marks.get, chunks)
 
 
 def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> None:
@@ -120,18 +128,28 @@ def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> Non
 
 
 def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[dict[str, Any]]:
-    """Per chunk in bronze: its watermark row's position and its row count."""
+    """Per chunk: its watermark row's position (`hw_file` None: no watermark row in bronze) and its
+    count of snapshot rows."""
     df = spark.read.format("delta").load(location).where(F.col("_chunk").isin([int(c) for c in chunks]))
-    rows = (
-        df.groupBy("_chunk")
-        .agg(
-            F.max(F.when(F.col("_op") == "w", F.col("_file"))).alias("hw_file"),
-            F.max(F.when(F.col("_op") == "w", F.col("_pos"))).alias("hw_pos"),
-            F.sum(F.when(F.col("_op") == "r", 1).otherwise(0)).alias("rows"),
-        )
-        .collect()
-    )
-    return [r.asDict() for r in rows]
+    return _marks(df.agg(*_mark_columns(chunks)).collect()[0].asDict(), chunks)
+
+
+def _mark_columns(chunks: list[int]) -> list[Any]:
+    """One aggregate row holding every chunk's marks: a column per chunk and mark, since a group's
+    chunks are few (an observed write takes aggregates, not a grouping)."""
+    columns = []
+    for c in (int(c) for c in chunks):
+        here = F.col("_chunk") == c
+        watermark = here & (F.col("_op") == "w")
+        columns += [F.max(F.when(watermark, F.col("_file"))).alias(f"hw_file_{c}"),
+                    F.max(F.when(watermark, F.col("_pos"))).alias(f"hw_pos_{c}"),
+                    F.count_if(here & (F.col("_op") == "r")).alias(f"rows_{c}")]
+    return columns
+
+
+def _marks(row: dict[str, Any], chunks: list[int]) -> list[dict[str, Any]]:
+    return [{"_chunk": int(c), "hw_file": row[f"hw_file_{c}"], "hw_pos": row[f"hw_pos_{c}"], "rows": row[f"rows_{c}"]}
+            for c in chunks]
 
 
 def newest_change(spark: SparkSession, location: str) -> Any:

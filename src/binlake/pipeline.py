@@ -128,8 +128,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
     spark = ctx.session()
     state = split_state
     state.ensure(spark, ctx.target.split_state)
-    numbers = state.table_numbers(spark, ctx.target.split_state)
-    last = state.last_splits(spark, ctx.target.split_state)
+    numbers, last = state.planned(spark, ctx.target.split_state)
     group_size = int(cfg.get("snapshot.group-size"))
     conn = connect(ctx.params)
     try:
@@ -233,8 +232,7 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
     schemas = ctx.schemas()
     names = [t for t in (tables or list(schemas)) if t in schemas]
     path = ctx.target.split_state
-    unfinished = split_state.open_groups(spark, path, "done" if apply_silver else "landed", names)
-    counts = split_state.chunk_counts(spark, path, names)
+    unfinished, counts = split_state.groups(spark, path, "done" if apply_silver else "landed", names)
     progress = Progress({t: n for t, (n, _) in counts.items()}, {t: d for t, (_, d) in counts.items()})
     ids = ctx.reader_ids()
     group_size = int(cfg.get("snapshot.group-size"))
@@ -334,12 +332,17 @@ def landed_in_bronze(ctx: Context, schema: TableSchema, splits: list[Split]) -> 
     them as landed instead of reading them again."""
     if not splits:
         return []
-    marks = {m["_chunk"]: m for m in bronze.chunk_marks(ctx.session(), ctx.target.bronze(schema.name).location,
-                                                        [s.index for s in splits]) if m["hw_file"]}
-    found = [s.landed_at(BinlogPosition(marks[s.index]["hw_file"], int(marks[s.index]["hw_pos"])),
-                         int(marks[s.index]["rows"])) for s in splits if s.index in marks]
-    split_state.record(ctx.session(), ctx.target.split_state, found)
-    return found
+    marks = bronze.chunk_marks(ctx.session(), ctx.target.bronze(schema.name).location, [s.index for s in splits])
+    return record_landed(ctx, splits, marks)
+
+
+def record_landed(ctx: Context, splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
+    """Record as landed the splits whose watermark row is in bronze (`marks`, see bronze.chunk_marks)."""
+    found = {m["_chunk"]: m for m in marks if m["hw_file"]}
+    landed = [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"])),
+                          int(found[s.index]["rows"])) for s in splits if s.index in found]
+    split_state.record(ctx.session(), ctx.target.split_state, landed)
+    return landed
 
 
 def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int]) -> list[Split]:
@@ -350,9 +353,9 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
            "server_ids": ids, "is_mariadb": ctx.is_mariadb}
     df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
           .option("password", ctx.params["password"]).load())
-    bronze.replace_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
+    marks = bronze.replace_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
     faults.point("after_bronze_write", schema.name)
-    landed = landed_in_bronze(ctx, schema, splits)
+    landed = record_landed(ctx, splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})
     if missing:
         raise RuntimeFailure(f"chunks {missing} of {schema.name} have no watermark row in bronze after their read")

@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from binlake import faults
 from binlake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
 from binlake.schema import TableSchema
+from binlake.target import CHECKPOINT_INTERVAL
 
 SILVER_META = [T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("_ts", T.TimestampType())]
 # the ordinal of a row among identical rows of a key-less table (1..count)
@@ -35,7 +36,8 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> Non
 
     if not DeltaTable.isDeltaTable(spark, location):
         (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
-         .property("delta.enableDeletionVectors", "true").property("delta.columnMapping.mode", "name").execute())
+         .property("delta.enableDeletionVectors", "true").property("delta.columnMapping.mode", "name")
+         .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())
 
 
 def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from binlake.spark.session import archive_path, log_option
+from binlake.spark.session import archive_path, log_option, submit_args
 
 
 def make(path: Path) -> bool:
@@ -26,8 +26,8 @@ def make(path: Path) -> bool:
     partial = path.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     env = dict(os.environ)
-    env["PYSPARK_SUBMIT_ARGS"] = (f"--driver-java-options '{log_option()} -XX:ArchiveClassesAtExit={partial} "
-                                  "-Xlog:cds=off -Xlog:cds+dynamic=off' pyspark-shell")
+    env["PYSPARK_SUBMIT_ARGS"] = submit_args(f"{log_option()} -XX:ArchiveClassesAtExit={partial} "
+                                             "-Xlog:cds=off -Xlog:cds+dynamic=off")
     done = subprocess.run([sys.executable, "-m", "binlake.spark.jvm_archive", "--train"], env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900)
     if done.returncode != 0 or not partial.is_file():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -45,6 +46,14 @@ def java_options() -> str:
     return " ".join(options)
 
 
+def submit_args(java: str) -> str:
+    """spark-submit's arguments for the local JVM. The Delta jars go on the driver's class path: in
+    local mode the tasks run in the driver, the class archive then holds Delta's classes too, and no
+    session copies the jars to a scratch directory as `spark.jars` would."""
+    return (f"--driver-class-path {shlex.quote(os.pathsep.join(delta_jars()))} "
+            f"--driver-java-options {shlex.quote(java)} pyspark-shell")
+
+
 def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[no-untyped-def]
     """The active session if there is one (Databricks, tests), else a local one with Delta."""
     from pyspark.sql import SparkSession
@@ -54,11 +63,10 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", f"--driver-java-options '{java_options()}' pyspark-shell")
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(java_options()))
     builder = (
         SparkSession.builder.master(f"local[{max(1, parallelism)}]")
         .appName(app_name)
-        .config("spark.jars", ",".join(delta_jars()))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", str(max(2, parallelism)))
@@ -75,6 +83,8 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[
         # the Python side's connection to a JVM result socket; 15 s is too short on a loaded machine
         .config("spark.python.authenticate.socketTimeout", "120s")
     )
+    if delta_jars()[0] not in os.environ["PYSPARK_SUBMIT_ARGS"]:  # the caller's own arguments
+        builder = builder.config("spark.jars", ",".join(delta_jars()))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

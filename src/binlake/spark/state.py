@@ -9,6 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from binlake.splits import STATUS_RANK, Split, newest
+from binlake.target import CHECKPOINT_INTERVAL
 
 SCHEMA = (
     "table STRING, table_no INT, chunk INT, group_id BIGINT, start STRING, `end` STRING, status STRING, "
@@ -23,8 +24,11 @@ def _exists(spark: SparkSession, path: str) -> bool:
 
 
 def ensure(spark: SparkSession, path: str) -> None:
+    from delta.tables import DeltaTable
+
     if not _exists(spark, path):
-        spark.createDataFrame([], SCHEMA).write.format("delta").mode("ignore").save(path)
+        (DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], SCHEMA).schema)
+         .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())
 
 
 def _append(spark: SparkSession, path: str, splits: Iterable[Split], app_id: str | None = None,
@@ -86,44 +90,41 @@ def _chunk_ranks(spark: SparkSession, path: str, tables: list[str] | None) -> Da
     return df.groupBy("table", "chunk").agg(F.max("group_id").alias("group_id"), F.max(rank).alias("rank"))
 
 
+def groups(spark: SparkSession, path: str, below: str,
+           tables: list[str] | None = None) -> tuple[dict[str, list[int]], dict[str, tuple[int, int]]]:
+    """Per table, the ids of the groups holding a chunk whose status is short of `below`; and per
+    table (chunks planned, chunks landed or done). One Spark job: the driver receives a row per
+    group only (a 10^8-row table has under a thousand)."""
+    if not _exists(spark, path):
+        return {}, {}
+    landed = F.when(F.col("rank") >= STATUS_RANK["landed"], 1).otherwise(0)
+    rows = (_chunk_ranks(spark, path, tables).groupBy("table", "group_id")
+            .agg(F.min("rank").alias("least"), F.count("*").alias("n"), F.sum(landed).alias("landed")).collect())
+    unfinished: dict[str, list[int]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    for r in sorted(rows, key=lambda r: (r["table"], r["group_id"])):
+        if r["least"] < STATUS_RANK[below]:
+            unfinished.setdefault(r["table"], []).append(int(r["group_id"]))
+        n, done = counts.get(r["table"], (0, 0))
+        counts[r["table"]] = (n + int(r["n"]), done + int(r["landed"] or 0))
+    return unfinished, counts
+
+
 def open_groups(spark: SparkSession, path: str, below: str, tables: list[str] | None = None) -> dict[str, list[int]]:
-    """Per table, the ids of the groups holding a chunk whose status is short of `below`, computed by
-    Spark: the driver receives group ids only (a 10^8-row table has under a thousand)."""
+    return groups(spark, path, below, tables)[0]
+
+
+def planned(spark: SparkSession, path: str) -> tuple[dict[str, int], dict[str, Split]]:
+    """Per table name, retired ones included: its highest table number, and its highest-numbered
+    split, where planning resumes. One aggregate read, no full load. (Every row of a chunk has the
+    same bounds but the open last split's once cut again, and that one is never the highest.)"""
     if not _exists(spark, path):
-        return {}
-    rows = (_chunk_ranks(spark, path, tables).where(F.col("rank") < STATUS_RANK[below])
-            .select("table", "group_id").distinct().collect())
-    out: dict[str, list[int]] = {}
-    for r in rows:
-        out.setdefault(r["table"], []).append(int(r["group_id"]))
-    return {t: sorted(g) for t, g in sorted(out.items())}
-
-
-def chunk_counts(spark: SparkSession, path: str, tables: list[str] | None = None) -> dict[str, tuple[int, int]]:
-    """Per table: (chunks planned, chunks landed or done), counted by Spark."""
-    if not _exists(spark, path):
-        return {}
-    rows = (_chunk_ranks(spark, path, tables).groupBy("table")
-            .agg(F.count("*").alias("n"), F.sum(F.when(F.col("rank") >= 1, 1).otherwise(0)).alias("landed"))
-            .collect())
-    return {r["table"]: (int(r["n"]), int(r["landed"] or 0)) for r in rows}
-
-
-def table_numbers(spark: SparkSession, path: str) -> dict[str, int]:
-    if not _exists(spark, path):
-        return {}
-    rows = spark.read.format("delta").load(path).groupBy("table").agg(F.max("table_no").alias("n")).collect()
-    return {r["table"]: int(r["n"]) for r in rows}
-
-
-def last_splits(spark: SparkSession, path: str) -> dict[str, Split]:
-    """The highest-numbered split of every table: where planning resumes (no full load)."""
-    if not _exists(spark, path):
-        return {}
+        return {}, {}
     df = spark.read.format("delta").load(path)
-    last = df.groupBy("table").agg(F.max("chunk").alias("chunk"))
-    rows = df.join(last, ["table", "chunk"]).collect()
-    return {r["table"]: Split.from_dict(r.asDict()) for r in rows}
+    rows = (df.groupBy("table").agg(F.max("table_no").alias("n"),
+                                    F.max_by(F.struct(*df.columns), F.col("chunk")).alias("last")).collect())
+    return ({r["table"]: int(r["n"]) for r in rows},
+            {r["table"]: Split.from_dict(r["last"].asDict()) for r in rows})
 
 
 RETIRED = "retired:"
