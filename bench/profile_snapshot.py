@@ -69,8 +69,9 @@ def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
 
     steps = [
         (bronze, "chunk_marks", "Delta read: chunks landed before a crash, their HW and row count"),
-        (bronze, "replace_chunks", "reads the chunks from MariaDB + Delta write, observing their HW and row counts"),
+        (bronze, "append_chunks", "reads the chunks from MariaDB + Delta append, observing their HW and row counts"),
         (silver, "apply", "MERGE into silver, anti-join on bronze"),
+        (silver, "insert_snapshot", "insert-only MERGE of landed chunks into silver"),
         (state, "record", "append to the split state"),
         (state, "add_planned", "append planned splits"),
         (pipeline, "read_group", "the whole group"),

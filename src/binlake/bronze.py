@@ -108,17 +108,21 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> Non
          .execute())
 
 
-def replace_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[str, Any]]:
-    """Write a group's snapshot rows; a re-read chunk replaces its own rows, never duplicates them.
-    Returns each chunk's marks as `chunk_marks` does, observed while the rows were written, so the
-    group costs no read of bronze after its write."""
+def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[str, Any]]:
+    """Write a group's snapshot rows in one commit: a blind append, which reads nothing of bronze.
+    The snapshot reads a chunk only when bronze holds none of its rows (it asks `chunk_marks` before
+    each window of groups, and a commit lands all of a group or none of it). Returns each chunk's
+    marks as `chunk_marks` does, observed while the rows were written."""
     from pyspark.sql import Observation
 
     marks = Observation()
-    where = f"_chunk IN ({', '.join(str(int(c)) for c in chunks)})"
-    (df.observe(marks, *_mark_columns(chunks)).write.format("delta").mode("overwrite").option("replaceWhere", where)
-     .option("mergeSchema", "true").save(location))
-    return _marks(marks.get, chunks)
+    watermarks = F.collect_list(F.when(F.col("_op") == "w", F.struct("_chunk", "_file", "_pos"))).alias("w")
+    rows = [F.count_if((F.col("_chunk") == int(c)) & (F.col("_op") == "r")).alias(f"rows_{int(c)}") for c in chunks]
+    df.observe(marks, watermarks, *rows).write.format("delta").mode("append").option("mergeSchema", "true").save(location)
+    seen = marks.get
+    found = {w["_chunk"]: w for w in seen["w"]}
+    return [{"_chunk": int(c), "hw_file": found[c]["_file"] if c in found else None,
+             "hw_pos": found[c]["_pos"] if c in found else None, "rows": seen[f"rows_{int(c)}"]} for c in chunks]
 
 
 def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> None:
@@ -130,26 +134,13 @@ def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> Non
 def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[dict[str, Any]]:
     """Per chunk: its watermark row's position (`hw_file` None: no watermark row in bronze) and its
     count of snapshot rows."""
-    df = spark.read.format("delta").load(location).where(F.col("_chunk").isin([int(c) for c in chunks]))
-    return _marks(df.agg(*_mark_columns(chunks)).collect()[0].asDict(), chunks)
-
-
-def _mark_columns(chunks: list[int]) -> list[Any]:
-    """One aggregate row holding every chunk's marks: a column per chunk and mark, since a group's
-    chunks are few (an observed write takes aggregates, not a grouping)."""
-    columns = []
-    for c in (int(c) for c in chunks):
-        here = F.col("_chunk") == c
-        watermark = here & (F.col("_op") == "w")
-        columns += [F.max(F.when(watermark, F.col("_file"))).alias(f"hw_file_{c}"),
-                    F.max(F.when(watermark, F.col("_pos"))).alias(f"hw_pos_{c}"),
-                    F.count_if(here & (F.col("_op") == "r")).alias(f"rows_{c}")]
-    return columns
-
-
-def _marks(row: dict[str, Any], chunks: list[int]) -> list[dict[str, Any]]:
-    return [{"_chunk": int(c), "hw_file": row[f"hw_file_{c}"], "hw_pos": row[f"hw_pos_{c}"], "rows": row[f"rows_{c}"]}
-            for c in chunks]
+    watermark = F.col("_op") == "w"
+    found = {r["_chunk"]: r.asDict() for r in (
+        spark.read.format("delta").load(location).where(F.col("_chunk").isin([int(c) for c in chunks]))
+        .groupBy("_chunk").agg(F.max(F.when(watermark, F.col("_file"))).alias("hw_file"),
+                               F.max(F.when(watermark, F.col("_pos"))).alias("hw_pos"),
+                               F.count_if(F.col("_op") == "r").alias("rows")).collect())}
+    return [found.get(int(c), {"_chunk": int(c), "hw_file": None, "hw_pos": None, "rows": 0}) for c in chunks]
 
 
 def newest_change(spark: SparkSession, location: str) -> Any:

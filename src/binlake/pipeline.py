@@ -353,7 +353,7 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
            "server_ids": ids, "is_mariadb": ctx.is_mariadb}
     df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
           .option("password", ctx.params["password"]).load())
-    marks = bronze.replace_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
+    marks = bronze.append_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
     faults.point("after_bronze_write", schema.name)
     landed = record_landed(ctx, splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})

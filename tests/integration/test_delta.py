@@ -51,3 +51,31 @@ def test_write_merge_read_history(spark: SparkSession, tmp_path: Path) -> None:
     metrics = history[1]["operationMetrics"]
     counts = [metrics[f"numTargetRows{what}"] for what in ("Updated", "Deleted", "Inserted")]
     assert counts == ["1", "1", "1"]
+
+
+def test_group_marks_observed_while_writing_equal_bronze(spark: SparkSession, tmp_path: Path) -> None:
+    """A group's append observes each chunk's watermark and row count; a crash recovery reads the same
+    marks back from bronze. Chunk 7's rows are there but not its watermark row; chunk 9 is absent."""
+    from binlake import bronze
+    from binlake.schema import Column, TableSchema
+
+    schema = TableSchema("db", "t", (Column("id", "int", "int(11)", False), Column("v", "varchar", "varchar(9)")),
+                         ("id",))
+    location = str(tmp_path / "bronze")
+    bronze.ensure_table(spark, location, schema)
+    changes = spark.createDataFrame(
+        [("db.t", "r", Decimal(5), None, "b.1", 40, None, 5, str(i), f"v{i}") for i in range(3)]
+        + [("db.t", "w", Decimal(5), None, "b.1", 40, None, 5, None, None)]
+        + [("db.t", "r", Decimal(6), None, "b.2", 4, None, 6, "9", "x"),
+           ("db.t", "w", Decimal(6), None, "b.2", 4, None, 6, None, None),
+           ("db.t", "r", Decimal(7), None, "b.2", 9, None, 7, "10", "y")],
+        bronze.flat_changes(schema))
+    chunks = [5, 6, 7, 9]
+    observed = bronze.append_chunks(bronze.typed_flat(changes, schema), location, chunks)
+    assert observed == [{"_chunk": 5, "hw_file": "b.1", "hw_pos": 40, "rows": 3},
+                        {"_chunk": 6, "hw_file": "b.2", "hw_pos": 4, "rows": 1},
+                        {"_chunk": 7, "hw_file": None, "hw_pos": None, "rows": 1},
+                        {"_chunk": 9, "hw_file": None, "hw_pos": None, "rows": 0}]
+    assert bronze.chunk_marks(spark, location, chunks) == observed
+    history = DeltaTable.forPath(spark, location).history().collect()
+    assert history[0]["operation"] == "WRITE" and history[0]["operationParameters"]["mode"] == "Append"

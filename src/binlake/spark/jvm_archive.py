@@ -2,8 +2,8 @@
 
 A local binlake run starts one JVM, and a cold JVM spends most of a short run loading, parsing and
 verifying Spark's and Delta's classes and compiling their code. `python -m binlake.spark.jvm_archive`
-runs the Delta work binlake does (create with column mapping and deletion vectors, append,
-replaceWhere, MERGE, read) in a JVM started with `-XX:ArchiveClassesAtExit`, which writes the
+runs the Delta work binlake does (create with column mapping and deletion vectors, append, an
+observed append, MERGE, read) in a JVM started with `-XX:ArchiveClassesAtExit`, which writes the
 classes it loaded into an archive that later JVMs map instead (`-XX:SharedArchiveFile`). An archive
 made by another Java build or for other jars is ignored by the JVM; binlake then just starts slower.
 The archive is written to a `.partial` file and renamed only after the JVM exited cleanly.
@@ -42,6 +42,7 @@ def make(path: Path) -> bool:
 def train() -> int:
     """The Delta work of a binlake run, on a throwaway table; the JVM exits cleanly so it writes the archive."""
     from delta.tables import DeltaTable
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from binlake.spark.session import get_spark
@@ -55,7 +56,10 @@ def train() -> int:
         rows = spark.range(2000).select("id", F.col("id").cast("string").alias("v"),
                                         F.col("id").cast("decimal(38,0)").alias("_seq"))
         rows.write.format("delta").mode("append").option("txnAppId", "a").option("txnVersion", 1).save(t)
-        rows.where("id < 100").write.format("delta").mode("overwrite").option("replaceWhere", "id < 100").save(t)
+        seen = Observation()
+        (rows.where("id < 100").observe(seen, F.collect_list(F.when(F.col("id") == 1, F.struct("id", "v"))),
+                                        F.count_if(F.col("id") > 5)).write.format("delta").mode("append").save(t))
+        seen.get
         (DeltaTable.forPath(spark, t).alias("t").merge(rows.where("id > 1000").alias("s"), "t.id <=> s.id")
          .whenMatchedDelete("s.id % 2 = 0").whenMatchedUpdateAll("s._seq > t._seq").whenNotMatchedInsertAll()
          .execute())
