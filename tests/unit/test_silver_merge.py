@@ -82,6 +82,26 @@ def test_insert_only_batches_replay_and_meet_newer_images_like_the_full_merge(sp
     assert current(spark, s) == {1: ("snap", 100), 2: ("later", 300), 3: ("three", 210)}
 
 
+def test_a_stream_batch_of_inserts_is_appended_once_without_reading_silver(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With the micro-batch's id, a batch of inserts bronze held nothing newer than is a plain append
+    to silver (no MERGE), and replaying that batch id appends nothing."""
+    from delta.tables import DeltaTable
+
+    b, s = setup(spark, tmp_path)
+    land(spark, b, s, [("r", 100, 1, "snap", 0)])
+    inserts = changes(spark, [("c", 200, 2, "two", None), ("c", 210, 3, "three", None)])
+    for _ in range(2):
+        silver.apply(spark, SCHEMA, inserts, s, b, bronze_may_be_newer=False, inserts_only=True, batch=("app", 7))
+        assert spark.read.format("delta").load(s).count() == 3
+        assert current(spark, s) == {1: ("snap", 100), 2: ("two", 200), 3: ("three", 210)}
+    history = DeltaTable.forPath(spark, s).history().orderBy("version").collect()
+    assert [(h["operation"], (h["operationParameters"] or {}).get("mode")) for h in history[-2:]] == [
+        ("MERGE", None), ("WRITE", "Append")]
+    silver.apply(spark, SCHEMA, changes(spark, [("c", 300, 4, "four", None)]), s, b, bronze_may_be_newer=False,
+                 inserts_only=True, batch=("app", 8))
+    assert current(spark, s)[4] == ("four", 300)
+
+
 def test_newest_binlog_change_in_bronze(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
     b, s = setup(spark, tmp_path)
     assert bronze.newest_change(spark, b) is None

@@ -171,7 +171,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
                 t = time.monotonic()
                 silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
                              bronze_may_be_newer=held[name] is not None and held[name] >= row["oldest"],
-                             inserts_only=not row["others"])
+                             inserts_only=not row["others"], batch=(f"binlake-stream-{app}-{name}", batch_id))
                 silver_s += time.monotonic() - t
             _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen}, began)
             log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
