@@ -120,9 +120,8 @@ def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[
     rows = [F.count_if((F.col("_chunk") == int(c)) & (F.col("_op") == "r")).alias(f"rows_{int(c)}") for c in chunks]
     df.observe(marks, watermarks, *rows).write.format("delta").mode("append").option("mergeSchema", "true").save(location)
     seen = marks.get
-    found = {w["_chunk"]: w for w in seen["w"]}
-    return [{"_chunk": int(c), "hw_file": found[c]["_file"] if c in found else None,
-             "hw_pos": found[c]["_pos"] if c in found else None, "rows": seen[f"rows_{int(c)}"]} for c in chunks]
+    found = {w["_chunk"]: (w["_file"], w["_pos"]) for w in seen["w"]}
+    return [_mark(int(c), *found.get(int(c), (None, None)), seen[f"rows_{int(c)}"]) for c in chunks]
 
 
 def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> None:
@@ -140,7 +139,12 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
         .groupBy("_chunk").agg(F.max(F.when(watermark, F.col("_file"))).alias("hw_file"),
                                F.max(F.when(watermark, F.col("_pos"))).alias("hw_pos"),
                                F.count_if(F.col("_op") == "r").alias("rows")).collect())}
-    return [found.get(int(c), {"_chunk": int(c), "hw_file": None, "hw_pos": None, "rows": 0}) for c in chunks]
+    return [found.get(int(c), _mark(int(c), None, None, 0)) for c in chunks]
+
+
+def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, rows: int) -> dict[str, Any]:
+    """One chunk's marks: its watermark row's position (`hw_file` None: none) and its snapshot rows."""
+    return {"_chunk": chunk, "hw_file": hw_file, "hw_pos": hw_pos, "rows": rows}
 
 
 def newest_change(spark: SparkSession, location: str) -> Any:

@@ -76,7 +76,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         return  # nothing to apply
     if inserts_only and batch is not None and not bronze_may_be_newer:
         faults.point("mid_merge", schema.name)
-        names = [F.col(sql_name(c.name)) for c in schema.columns] + [F.col("_seq"), F.col("_ts")]
+        names = [F.col(sql_name(c.name)) for c in schema.columns] + [F.col(f.name) for f in SILVER_META]
         (latest.select(*names).write.format("delta").mode("append").option("txnAppId", batch[0])
          .option("txnVersion", batch[1]).save(silver))
         return
