@@ -3,6 +3,7 @@ no duplicate (key, _seq). Each point is reached through a named crash point (bin
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_kill_at_each_point_in_turn_then_restart(dev_db, database, spark, tmp_pa
 
     with Writers(port, database, rows, threads=1, pause=0.005) as more:
         while more.ops < 50:
-            pass
+            time.sleep(0.01)
     cfg = load(cfg_path)
     run(cfg, until_caught_up=True)  # the restart, in this process
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from binlake.cli import main
 from binlake.config import load
 from binlake.pipeline import Context, run
 from binlake.spark import state
 from binlake.spark.streaming import committed_offset, resume_position
 from binlake.target import Target
 
-from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
+from .workload import Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config
 
 
 def purge_up_to_now(conn, rotate: bool = True) -> tuple[str, str]:  # type: ignore[no-untyped-def]
@@ -40,7 +41,7 @@ def purge_up_to_now(conn, rotate: bool = True) -> tuple[str, str]:  # type: igno
     return oldest, current
 
 
-def test_purged_position_fails_then_resnapshots(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_purged_position_fails_then_resnapshots(dev_db, database, spark, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     rows = 600
     create_table(port, database, rows)
@@ -60,10 +61,11 @@ def test_purged_position_fails_then_resnapshots(dev_db, database, spark, tmp_pat
         cur.execute("INSERT INTO t SELECT seq + 100000, 1, 'gap', 1, NOW(6), NULL FROM seq_1_to_30")
         purge_up_to_now(conn)
 
-    failed = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert failed.returncode == 1, failed.stderr[-2000:]
-    lines = [ln for ln in failed.stderr.splitlines() if ln.startswith("binlake:")]
-    assert len(lines) == 1, failed.stderr[-2000:]
+    capsys.readouterr()
+    assert main(["run", "-c", str(cfg_path), "--until-caught-up"]) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("binlake:")]
+    assert len(lines) == 1, err[-2000:]
     assert stored.file in lines[0] and "purged" in lines[0] and "stream.on-purged: resnapshot" in lines[0], lines[0]
     # nothing was skipped silently: silver and the stored position are as they were
     assert silver_rows(spark, target.silver(name).location) == before
