@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from binlake.config import load
-from binlake.pipeline import run
+from binlake.pipeline import run, stream
 from binlake.spark import state
 from binlake.target import Target
 
@@ -91,10 +91,12 @@ def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev
                 planned = state.load(spark, Target.of(load(cfg_path)).split_state, 8)
                 assert planned and any(s.end is not None for ss in planned.values() for s in ss[-1:]), \
                     "the crash must leave a table half planned"
-        cfg = load(cfg_path)
-        run(cfg, until_caught_up=True)  # the restart, in this process, writers still running
+        # the restart, in this process, writers still running: it finishes the half-done plan and the
+        # chunk the kill cut short
+        run(load(cfg_path, ["stream.startup-mode=snapshot"]))
     assert writers.ops > 50
-    run(cfg, until_caught_up=True)  # drain what the writers did during the restart
+    cfg = load(cfg_path)
+    stream(cfg, until_caught_up=True)  # every change the writers made, across the handover
 
     target = Target.of(cfg)
     all_splits = state.load(spark, target.split_state, 8)

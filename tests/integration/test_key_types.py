@@ -22,12 +22,14 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from binlake.chunking import _even_step
+from binlake.config import load
+from binlake.pipeline import run, stream
 from binlake.source import connect as source_connect
 from binlake.source import load_schema
 from binlake.spark import state
 from binlake.target import Target
 
-from .capture import connect, run_once, silver, write_config
+from .capture import connect, silver, write_config
 from .helpers import params
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -160,10 +162,11 @@ def test_integer_decimal_and_temporal_keys_race_the_snapshot(dev_db, database, s
     assert not planned_evenly & {"sparse", "u64w", "i24", "u32", "dm", "d", "dt6", "ts6", "tm6", "empty"}
 
     with Racers(port, database) as racers:
-        cfg = run_once(cfg_path)
+        run(load(cfg_path, ["stream.startup-mode=snapshot"]))
     assert racers.ops > 200, "the writers must have raced the snapshot"
 
-    # after the handover: every table, the empty and the one-row table included, changes again
+    # after every chunk's high watermark: every table, the empty and the one-row table included, changes
+    # again; one stream then carries the racers' changes and these across the handover
     rnd = random.Random(11)
     with connect(port, database, time_zone="+00:00") as conn, conn.cursor() as cur:
         for table, (_, key) in KEYS.items():
@@ -171,7 +174,8 @@ def test_integer_decimal_and_temporal_keys_race_the_snapshot(dev_db, database, s
                 cur.execute(f"INSERT IGNORE INTO {table} VALUES (%s, %s)", (key(n), -n))
             for _ in range(12):
                 change(cur, table, key, rnd)
-    run_once(cfg_path)
+    cfg = load(cfg_path)
+    stream(cfg, until_caught_up=True)
 
     splits = state.load(spark, Target.of(cfg).split_state, 32)
     for table in KEYS:
