@@ -9,7 +9,7 @@ from typing import Any
 import pymysql
 
 from binlake.config import Config, load
-from binlake.pipeline import run
+from binlake.pipeline import run, stream
 from binlake.target import Target
 
 
@@ -37,6 +37,18 @@ def with_stream(cfg_path: Path, **stream: Any) -> Path:
 def run_once(cfg_path: Path) -> Config:
     cfg = load(cfg_path)
     run(cfg, until_caught_up=True)
+    return cfg
+
+
+def snapshot_once(cfg_path: Path) -> None:
+    """The snapshot alone (stream.startup-mode snapshot): what a race against the snapshot runs under its writers."""
+    run(load(cfg_path, ["stream.startup-mode=snapshot"]))
+
+
+def stream_once(cfg_path: Path) -> Config:
+    """The stream to the head: after `snapshot_once`, every change since the chunks' high watermarks."""
+    cfg = load(cfg_path)
+    stream(cfg, until_caught_up=True)
     return cfg
 
 

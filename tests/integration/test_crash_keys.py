@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from binlake.config import load
-from binlake.pipeline import run, stream
 from binlake.spark import state
 from binlake.target import Target
 
-from .capture import connect, write_config
+from .capture import connect, snapshot_once, stream_once, write_config
 from .workload import run_cli
 
 WORDS = ["a", "A", "é", "E", "ß", "ss", "😀", "z", "Zz", "ö"]
@@ -93,10 +92,9 @@ def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev
                     "the crash must leave a table half planned"
         # the restart, in this process, writers still running: it finishes the half-done plan and the
         # chunk the kill cut short
-        run(load(cfg_path, ["stream.startup-mode=snapshot"]))
+        snapshot_once(cfg_path)
     assert writers.ops > 50
-    cfg = load(cfg_path)
-    stream(cfg, until_caught_up=True)  # every change the writers made, across the handover
+    cfg = stream_once(cfg_path)  # every change the writers made, across the handover
 
     target = Target.of(cfg)
     all_splits = state.load(spark, target.split_state, 8)

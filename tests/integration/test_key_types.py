@@ -22,14 +22,12 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from binlake.chunking import _even_step
-from binlake.config import load
-from binlake.pipeline import run, stream
 from binlake.source import connect as source_connect
 from binlake.source import load_schema
 from binlake.spark import state
 from binlake.target import Target
 
-from .capture import connect, silver, write_config
+from .capture import connect, silver, snapshot_once, stream_once, write_config
 from .helpers import params
 
 EPOCH = dt.datetime(1970, 1, 1)
@@ -162,7 +160,7 @@ def test_integer_decimal_and_temporal_keys_race_the_snapshot(dev_db, database, s
     assert not planned_evenly & {"sparse", "u64w", "i24", "u32", "dm", "d", "dt6", "ts6", "tm6", "empty"}
 
     with Racers(port, database) as racers:
-        run(load(cfg_path, ["stream.startup-mode=snapshot"]))
+        snapshot_once(cfg_path)
     assert racers.ops > 200, "the writers must have raced the snapshot"
 
     # after every chunk's high watermark: every table, the empty and the one-row table included, changes
@@ -174,8 +172,7 @@ def test_integer_decimal_and_temporal_keys_race_the_snapshot(dev_db, database, s
                 cur.execute(f"INSERT IGNORE INTO {table} VALUES (%s, %s)", (key(n), -n))
             for _ in range(12):
                 change(cur, table, key, rnd)
-    cfg = load(cfg_path)
-    stream(cfg, until_caught_up=True)
+    cfg = stream_once(cfg_path)
 
     splits = state.load(spark, Target.of(cfg).split_state, 32)
     for table in KEYS:

@@ -19,17 +19,15 @@ from typing import Any
 
 from binlake.binlog_reader import RowChange
 from binlake.chunking import range_predicate
-from binlake.config import load
 from binlake.handover import Handover
 from binlake.offsets import BinlogPosition
-from binlake.pipeline import run, stream
 from binlake.schema import qualified, quote
 from binlake.source import connect as source_connect
 from binlake.source import load_schema
 from binlake.spark import state
 from binlake.target import Target
 
-from .capture import connect, silver, write_config
+from .capture import connect, silver, snapshot_once, stream_once, write_config
 from .helpers import params
 
 TEXT = ["a", "A", "b", "B", "é", "e", "E", "É", "ß", "s", "ss", "SS", "😀", "😁", " ", "\t", "z", "ẞ"]
@@ -111,10 +109,9 @@ def test_string_keys_under_collations(dev_db, database, spark, tmp_path: Path) -
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.({'|'.join(TABLES)})"], tmp_path / "lake",
                             "6110-6114", chunk_size=12, group_size=32)
     with KeyWriters(port, database) as writers:
-        run(load(cfg_path, ["stream.startup-mode=snapshot"]))
+        snapshot_once(cfg_path)
     assert writers.ops > 100, "the writers must have raced the snapshot"
-    cfg = load(cfg_path)
-    stream(cfg, until_caught_up=True)  # every change the writers made, across the handover
+    cfg = stream_once(cfg_path)  # every change the writers made, across the handover
 
     target = Target.of(cfg)
     all_splits = state.load(spark, target.split_state, 32)
