@@ -4,6 +4,8 @@ Sections, each measured against a baseline taken in the same run:
   snapshot  `binlake snapshot` of a TPC-DS customer table vs one raw SELECT * (mysqlclient, mariadb -B)
   stream    `binlake stream --until-caught-up` over a burst of changes vs `mariadb-binlog -v`
   latency   commit-to-silver latency under a steady writer while `binlake run` streams
+  floor     binlake's own Delta writes of the snapshot's rows and the stream's changes, already in the JVM:
+            the best rate (and latency) these writes allow here, against the same baselines
   memory    peak RSS of the snapshot at 1x and 5x rows
   peer      Flink CDC's MySQL source on the same table, when it can run here
 
@@ -30,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import floor  # noqa: E402
 import harness  # noqa: E402
 import latency  # noqa: E402
 import memory  # noqa: E402
@@ -38,7 +41,7 @@ import report  # noqa: E402
 import snapshot  # noqa: E402
 import stream  # noqa: E402
 
-SECTIONS = ("snapshot", "stream", "latency", "memory", "peer")
+SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer")
 
 
 def now() -> str:
@@ -89,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                     out, snap_run = snapshot.run(source, rows)
                 elif name == "stream":
                     out = stream.run(source, rows, snap_run)
+                elif name == "floor":
+                    out = floor.run(source, results)
                 elif name == "latency":
                     out = latency.run(source)
                 elif name == "memory":
