@@ -124,10 +124,14 @@ def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[
     return [_mark(int(c), *found.get(int(c), (None, None)), seen[f"rows_{int(c)}"]) for c in chunks]
 
 
-def append_batch(df: DataFrame, location: str, app_id: str, version: int) -> None:
-    """Append a stream micro-batch exactly once: Delta skips a (app_id, version) it already has."""
-    (df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version)
-     .option("mergeSchema", "true").save(location))
+def append_batch(df: DataFrame, location: str, app_id: str | None = None, version: int | None = None) -> None:
+    """Append a stream micro-batch. With `app_id` and `version`, exactly once: Delta skips an
+    (app_id, version) it already has, after a pass over the table's log to find it -- the stream's
+    plain batches need none (their caller drops what bronze holds, see spark.streaming)."""
+    writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
+    if app_id is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", version)
+    writer.save(location)
 
 
 def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[dict[str, Any]]:

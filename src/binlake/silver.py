@@ -46,8 +46,7 @@ def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
 
 
 def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str,
-          oldest: Any = None, bronze_may_be_newer: bool = True, inserts_only: bool = False,
-          batch: tuple[str, int] | None = None) -> None:
+          oldest: Any = None, bronze_may_be_newer: bool = True, inserts_only: bool = False) -> None:
     """MERGE bronze-typed `changes` (any of r/c/u/d) into the silver table at `silver`. `oldest`, the
     smallest `_seq` among them, saves a pass over `changes` when the caller knows it.
 
@@ -57,10 +56,10 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     change is an insert (`c`), so each key occurs once, and silver cannot hold a key the source did
     not have just before its insert, unless silver already holds that insert or a later image of the
     key (a replay); an insert-only MERGE then does the same as the full one, without joining silver's
-    rows for updates and deletes. `batch` (the stream's application id and micro-batch id) with both:
-    the only silver that can hold one of these keys is one this very batch reached before a crash,
-    so the batch is appended with Delta's idempotent-write options instead -- a replay is skipped --
-    and nothing of silver is read.
+    rows for updates and deletes. Both at once: silver holds none of these keys -- it is given a change
+    only after bronze has it, and bronze held none of these -- so the batch is appended plainly: nothing
+    of silver is read, and no idempotent-write version is looked up (a pass over the table's Delta log
+    on every commit). A replay of the batch after a crash finds it in bronze and takes the MERGE.
     """
     from delta.tables import DeltaTable
 
@@ -74,11 +73,10 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         oldest = data.agg(F.min("_seq")).first()[0]
     if oldest is None:
         return  # nothing to apply
-    if inserts_only and batch is not None and not bronze_may_be_newer:
+    if inserts_only and not bronze_may_be_newer:
         faults.point("mid_merge", schema.name)
         names = [F.col(sql_name(c.name)) for c in schema.columns] + [F.col(f.name) for f in SILVER_META]
-        (latest.select(*names).write.format("delta").mode("append").option("txnAppId", batch[0])
-         .option("txnVersion", batch[1]).save(silver))
+        latest.select(*names).write.format("delta").mode("append").save(silver)
         return
     source = latest
     if bronze_may_be_newer:

@@ -3,9 +3,11 @@ no duplicate (key, _seq). Each point is reached through a named crash point (bin
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
+import pymysql
 import pytest
 
 from binlake.config import load
@@ -55,3 +57,77 @@ def test_kill_at_each_point_in_turn_then_restart(dev_db, database, spark, tmp_pa
     assert all(s.status == "done" for s in splits)
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
     assert bronze_duplicates(spark, target.bronze(name).location) == 0
+
+
+@pytest.mark.slow
+def test_kill_after_a_batch_of_inserts_reached_silver_then_restart(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The stream appends a batch of inserts to silver plainly when bronze held none of its changes.
+    Killed right after such a batch reached silver and before the checkpoint recorded it, the restart
+    replays the batch, finds it in bronze, and takes the MERGE: silver holds each row once."""
+    from delta.tables import DeltaTable
+
+    port = dev_db.running_port()
+    create_table(port, database, 200)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    stop = threading.Event()
+
+    def insert() -> None:
+        with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                             autocommit=True) as conn, conn.cursor() as cur:
+            key = 1000
+            while not stop.is_set():
+                key += 1
+                cur.execute("INSERT INTO t VALUES (%s, 1, 'later', 1.00, '2024-02-01 00:00:00', 'insert')", (key,))
+                time.sleep(0.02)
+
+    writer = threading.Thread(target=insert, daemon=True)
+    writer.start()
+    counter = tmp_path / "crash-counter"
+    try:
+        # `binlake run` streams on (no --until-caught-up): killed once its third batch is in silver
+        crashed = run_cli("run", "-c", str(cfg_path), env={"BINLAKE_CRASH_AT": "after_batch:3",
+                                                           "BINLAKE_CRASH_COUNTER": str(counter)})
+    finally:
+        stop.set()
+        writer.join()
+    assert crashed.returncode == -9, f"the run was not killed: rc={crashed.returncode} {crashed.stderr[-2000:]}"
+    assert len(counter.read_text().splitlines()) == 3
+    cfg = load(cfg_path)
+    target = Target.of(cfg)
+    name = f"{database}.t"
+    last = DeltaTable.forPath(spark, target.silver(name).location).history(1).collect()[0]
+    assert (last["operation"], last["operationParameters"].get("mode")) == ("WRITE", "Append"), \
+        "the killed batch reached silver as a plain append"
+
+    run(cfg, until_caught_up=True)
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
+
+
+@pytest.mark.slow
+def test_a_new_checkpoint_over_an_old_bronze_lands_each_change_once(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The stream's checkpoint removed: the next stream starts again from the snapshot's high
+    watermarks and reads every change since then once more. Bronze takes only those past the newest
+    change it holds, and silver still equals the source."""
+    import shutil
+
+    port = dev_db.running_port()
+    create_table(port, database, 300)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    cfg = load(cfg_path)
+    target = Target.of(cfg)
+    name = f"{database}.t"
+    with Writers(port, database, 300, threads=1, pause=0.01) as w:
+        run(cfg, until_caught_up=True)
+        while w.ops < 100:
+            time.sleep(0.01)
+    run(cfg, until_caught_up=True)
+    landed = spark.read.format("delta").load(target.bronze(name).location).where("_op IN ('c','u','d')").count()
+    assert landed > 0
+    shutil.rmtree(target.checkpoint)
+    with Writers(port, database, 300, threads=1, pause=0.01) as w:
+        while w.ops < 50:
+            time.sleep(0.01)
+    run(cfg, until_caught_up=True)
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)

@@ -1,8 +1,11 @@
 """The binlog stream as a Structured Streaming query: binlake_binlog -> foreachBatch -> bronze + silver.
 
-Each micro-batch appends to bronze with Delta's idempotent-write options (txnAppId, txnVersion = the
-batch id), so a batch replayed after a crash is not appended twice, and MERGEs into silver, which is
-idempotent by `_seq`. Offsets live in the checkpoint.
+Each micro-batch appends to bronze what bronze does not hold yet: bronze grows in binlog order, a
+batch at a time, so a batch replayed after a crash lands only its changes past the newest one bronze
+held when the query began (none, if it landed whole). It then MERGEs into silver, which is
+idempotent by `_seq` (a batch of inserts bronze held none of is a plain append: see silver.apply).
+A batch that changes a table's schema lands with Delta's idempotent-write options (txnAppId,
+txnVersion = the batch id; see spark.evolve). Offsets live in the checkpoint.
 """
 
 from __future__ import annotations
@@ -167,17 +170,21 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
                 if name not in held:
                     held[name] = bronze.newest_change(spark, b)
                 typed = bronze.typed(rows, schema)
-                bronze.append_batch(typed, b, f"binlake-stream-{app}-{name}", batch_id)
+                # Bronze takes a batch whole or not at all, in binlog order, so it holds every change up
+                # to `held`: a batch reaching back to it (the replay of one a crash cut short, or a new
+                # checkpoint over an old bronze) lands only what is past it, and any other is new
+                replay = held[name] is not None and held[name] >= row["oldest"]
+                bronze.append_batch(typed.where(F.col("_seq") > F.lit(held[name])) if replay else typed, b)
+                # silver only after bronze has committed: a plain append to silver counts on it
                 faults.point("mid_stream", name)
                 bronze_s = time.monotonic() - t
                 t = time.monotonic()
                 silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
-                             bronze_may_be_newer=held[name] is not None and held[name] >= row["oldest"],
-                             inserts_only=not row["others"], batch=(f"binlake-stream-{app}-{name}", batch_id))
+                             bronze_may_be_newer=replay, inserts_only=not row["others"])
                 return bronze_s, time.monotonic() - t
 
-            # Tables are independent (each its own bronze and silver, each write idempotent by the
-            # batch id), so a batch lands several at once: a Delta commit keeps the driver busy in
+            # Tables are independent (each its own bronze and silver, each write idempotent), so a
+            # batch lands several at once: a Delta commit keeps the driver busy in
             # short bursts, and the batch takes about as long as its slowest tables, not their sum.
             workers = min(len(seen), ctx.cfg.parallelism)
             if workers < 2:
