@@ -3,11 +3,9 @@ no duplicate (key, _seq). Each point is reached through a named crash point (bin
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
-import pymysql
 import pytest
 
 from binlake.config import load
@@ -15,7 +13,8 @@ from binlake.pipeline import run
 from binlake.spark import state
 from binlake.target import Target
 
-from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
+from .workload import (TailInserter, Writers, bronze_duplicates, create_table, run_cli, silver_rows,
+                       source_rows, write_config)
 
 POINTS = [
     "mid_plan",  # after part of the table's splits are stored
@@ -69,18 +68,7 @@ def test_kill_after_a_batch_of_inserts_reached_silver_then_restart(dev_db, datab
     port = dev_db.running_port()
     create_table(port, database, 200)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
-    stop = threading.Event()
-
-    def insert() -> None:
-        with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
-                             autocommit=True) as conn, conn.cursor() as cur:
-            key = 1000
-            while not stop.is_set():
-                key += 1
-                cur.execute("INSERT INTO t VALUES (%s, 1, 'later', 1.00, '2024-02-01 00:00:00', 'insert')", (key,))
-                time.sleep(0.02)
-
-    writer = threading.Thread(target=insert, daemon=True)
+    writer = TailInserter(port, database, first=1001, per_step=1, pause=0.02)
     writer.start()
     counter = tmp_path / "crash-counter"
     try:
@@ -88,8 +76,7 @@ def test_kill_after_a_batch_of_inserts_reached_silver_then_restart(dev_db, datab
         crashed = run_cli("run", "-c", str(cfg_path), env={"BINLAKE_CRASH_AT": "after_batch:3",
                                                            "BINLAKE_CRASH_COUNTER": str(counter)})
     finally:
-        stop.set()
-        writer.join()
+        writer.stop()
     assert crashed.returncode == -9, f"the run was not killed: rc={crashed.returncode} {crashed.stderr[-2000:]}"
     assert len(counter.read_text().splitlines()) == 3
     cfg = load(cfg_path)

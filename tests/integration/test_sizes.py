@@ -3,8 +3,6 @@ chunk that grows while the snapshot runs."""
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from binlake.pipeline import plan, run, snapshot
 from binlake.spark import state
 from binlake.target import Target
 
-from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
+from .workload import TailInserter, Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 
 
 def _status_rows(spark: Any, path: str, status: str) -> Any:
@@ -85,30 +83,6 @@ def test_run_reads_groups_before_planning_ends(dev_db, database, spark, tmp_path
     by = {r["status"]: r for r in times}
     assert by["landed"]["first"] < by["planned"]["last"], "reading must start before planning ends"
     assert silver_rows(spark, target.silver(f"{database}.t").location) == source_rows(port, database)
-
-
-class TailInserter(threading.Thread):
-    """Inserts rows past the maximum key, a few at a time, until stopped."""
-
-    def __init__(self, port: int, database: str, first: int, per_step: int = 2, pause: float = 0.05) -> None:
-        super().__init__(daemon=True)
-        self.port, self.database, self.next, self.per_step, self.pause = port, database, first, per_step, pause
-        self.stop_flag = threading.Event()
-        self.inserted = 0
-
-    def run(self) -> None:
-        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
-                             autocommit=True) as conn, conn.cursor() as cur:
-            while not self.stop_flag.is_set():
-                cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('tail-', seq), seq / 7, NOW(6), 'tail' "
-                            f"FROM seq_{self.next}_to_{self.next + self.per_step - 1}")
-                self.next += self.per_step
-                self.inserted += self.per_step
-                time.sleep(self.pause)
-
-    def stop(self) -> None:
-        self.stop_flag.set()
-        self.join(timeout=30)
 
 
 def test_open_last_chunk_growing_during_the_snapshot_is_read_in_pieces(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

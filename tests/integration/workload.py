@@ -106,6 +106,30 @@ class Writers:
         conn.close()
 
 
+class TailInserter(threading.Thread):
+    """Inserts rows past the maximum key, a few at a time, until stopped."""
+
+    def __init__(self, port: int, database: str, first: int, per_step: int = 2, pause: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.port, self.database, self.next, self.per_step, self.pause = port, database, first, per_step, pause
+        self.stop_flag = threading.Event()
+        self.inserted = 0
+
+    def run(self) -> None:
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
+                             autocommit=True) as conn, conn.cursor() as cur:
+            while not self.stop_flag.is_set():
+                cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('tail-', seq), seq / 7, NOW(6), 'tail' "
+                            f"FROM seq_{self.next}_to_{self.next + self.per_step - 1}")
+                self.next += self.per_step
+                self.inserted += self.per_step
+                time.sleep(self.pause)
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        self.join(timeout=30)
+
+
 def source_rows(port: int, database: str) -> list[tuple[Any, ...]]:
     with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database) as conn, \
             conn.cursor() as cur:

@@ -184,8 +184,8 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
                 return bronze_s, time.monotonic() - t
 
             # Tables are independent (each its own bronze and silver, each write idempotent), so a
-            # batch lands several at once: a Delta commit keeps the driver busy in
-            # short bursts, and the batch takes about as long as its slowest tables, not their sum.
+            # batch lands several at once: a Delta commit keeps the driver busy in short bursts, and
+            # the batch takes about as long as its slowest tables, not their sum.
             workers = min(len(seen), ctx.cfg.parallelism)
             if workers < 2:
                 times = [land(row) for row in seen]
