@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything binlake needs on a Debian/Ubuntu machine: the MariaDB server and client
-# library (apt), a virtualenv with binlake and its pinned Python stack, and the Delta jars (Maven).
+# library (apt), MySQL 9.7 in a private root (Debian's unstable suite), a virtualenv with binlake
+# and its pinned Python stack, and the Delta jars (Maven).
 # Idempotent: every step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ command -v mariadb-binlog >/dev/null 2>&1 || need_apt+=(mariadb-client)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "binlake setup: missing ${need_apt[*]}; run as root: sudo apt-get install -y ${need_apt[*]}" >&2
@@ -49,6 +51,29 @@ if [ ! -f "$JARS/$DELTA_ARTIFACT-$DELTA_VERSION.jar" ]; then
       -Dmdep.overWriteIfNewer=true
   done
 fi
+# MySQL 9.7 LTS for the tests and `binlake dev-db --server mysql`. Debian 12 has no MySQL; Debian's
+# unstable suite has mysql-server-core, whose binaries need its newer C library, so it goes into a
+# minimal root of its own. mysqld runs from there through that root's own dynamic loader, with no
+# chroot: the system's packages and sources stay untouched.
+MYSQL_ROOT="$VENV/share/binlake/mysql-root"
+if [ ! -x "$MYSQL_ROOT/usr/sbin/mysqld" ] && [ -z "${BINLAKE_SKIP_MYSQL:-}" ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "binlake setup: MySQL's private root needs root once: sudo make setup (or set BINLAKE_SKIP_MYSQL=1)" >&2
+    exit 2
+  fi
+  echo "binlake setup: installing MySQL 9.7 into $MYSQL_ROOT (debootstrap sid, about a minute)"
+  rm -rf "$MYSQL_ROOT.partial"
+  mkdir -p "$(dirname "$MYSQL_ROOT")"
+  /usr/sbin/debootstrap --variant=minbase sid "$MYSQL_ROOT.partial" >"$VENV/mysql-root.log" 2>&1 || {
+    echo "binlake setup: debootstrap sid failed; see $VENV/mysql-root.log" >&2; exit 1; }
+  chroot "$MYSQL_ROOT.partial" apt-get install -y -q --no-install-recommends mysql-server-core \
+    mysql-client-core >>"$VENV/mysql-root.log" 2>&1 || {
+    echo "binlake setup: apt-get install mysql-server-core in the sid root failed; see $VENV/mysql-root.log" >&2
+    exit 1; }
+  chroot "$MYSQL_ROOT.partial" apt-get clean >/dev/null 2>&1 || true
+  mv "$MYSQL_ROOT.partial" "$MYSQL_ROOT"
+fi
+
 # Spark and Delta's classes, pre-parsed for the JVM: a local run starts in about two thirds of the time
 archive="$JARS/binlake-classes.jsa"
 if [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; then

@@ -1,4 +1,6 @@
-"""Shared fixtures. The integration tests start one private MariaDB for the whole session."""
+"""Shared fixtures. The integration tests start one private MariaDB and one private MySQL 9.7 for the
+whole session, and every test that takes `dev_db` runs against each (`BINLAKE_TEST_SERVERS` narrows
+the list, for example `mysql`)."""
 
 from __future__ import annotations
 
@@ -10,15 +12,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# BINLAKE_TEST_DATADIR gives one test session its own server (sessions sharing one stop it under each other)
-TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake" / "test-mariadb")
+# BINLAKE_TEST_DATADIR gives one test session its own servers (sessions sharing one stop it under each other)
+TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake")
+SERVERS = [s for s in os.environ.get("BINLAKE_TEST_SERVERS", "mariadb,mysql").split(",") if s]
 
 
-@pytest.fixture(scope="session")
-def dev_db() -> Iterator["object"]:
+@pytest.fixture(scope="session", params=SERVERS)
+def dev_db(request: pytest.FixtureRequest) -> Iterator["object"]:
     from binlake.devdb import DevDb
 
-    db = DevDb(datadir=TEST_DATADIR, server_id=1)
+    db = DevDb(datadir=TEST_DATADIR / f"test-{request.param}", server_id=1, server=request.param)
     db.start()
     yield db
     if not os.environ.get("BINLAKE_KEEP_TEST_DB"):

@@ -32,7 +32,8 @@ def _load(args: argparse.Namespace) -> config_mod.Config:
 def cmd_dev_db(args: argparse.Namespace) -> int:
     from binlake.devdb import DevDb
 
-    db = DevDb(datadir=Path(args.datadir), port=args.port)
+    datadir = args.datadir or f".binlake/{args.server}"
+    db = DevDb(datadir=Path(datadir), port=args.port, server=args.server)
     if args.action == "start":
         port = db.start()
         print(f"dev-db running on 127.0.0.1:{port} (user root, no password; datadir {db.datadir})")
@@ -165,9 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object")
     command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")
     command("check", cmd_check, "verify the source server is set up for binlake")
-    p = command("dev-db", cmd_dev_db, "a private MariaDB server for the demo and the tests", config=False)
+    p = command("dev-db", cmd_dev_db, "a private MariaDB or MySQL server for the demo and the tests", config=False)
     p.add_argument("action", choices=["start", "stop", "status"])
-    p.add_argument("--datadir", default=".binlake/mariadb", help="data directory (default .binlake/mariadb)")
+    p.add_argument("--server", choices=["mariadb", "mysql"], default="mariadb",
+                   help="MariaDB from Debian (default) or MySQL 9.7 from make setup's private root")
+    p.add_argument("--datadir", default=None, help="data directory (default .binlake/SERVER)")
     p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     p = command("config", cmd_config_show, "show the effective configuration, secrets masked")
     p.add_argument("action", choices=["show"])

@@ -1,8 +1,12 @@
-"""A private MariaDB server for the demo and the tests: own data directory, 127.0.0.1, binlog on.
+"""A private MariaDB or MySQL server for the demo and the tests: own data directory, 127.0.0.1, binlog on.
 
 `binlake dev-db start` installs `mariadb-server` with apt-get when `mariadbd` is missing, initialises
 `.binlake/mariadb` (ignored by git) and starts the server on a free port with the binlog settings the
 algorithm needs. Starting a running server is a no-op; `stop` shuts it down cleanly.
+
+`--server mysql` runs MySQL 9.7 from the private root `make setup` installs (Debian unstable's
+`mysql-server-core` in `.venv/share/binlake/mysql-root`). Its binaries need that root's newer C
+library, so `mysqld` runs through the root's own dynamic loader, with no chroot.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pymysql
 
@@ -26,6 +32,7 @@ BINLOG_SETTINGS = (
     "--binlog-row-image=FULL",
     "--binlog-row-metadata=FULL",
 )
+MYSQL_GTIDS = ("--gtid-mode=ON", "--enforce-gtid-consistency=ON")
 
 
 def _find(binary: str) -> str | None:
@@ -56,6 +63,31 @@ def ensure_installed() -> str:
     return found
 
 
+Server = Literal["mariadb", "mysql"]
+
+
+def mysql_root() -> Path:
+    return Path(os.environ.get("BINLAKE_MYSQL_ROOT") or Path(sys.prefix) / "share" / "binlake" / "mysql-root")
+
+
+def mysqld_command() -> list[str]:
+    """How to run the private root's mysqld from outside that root: its loader, its libraries."""
+    root = mysql_root()
+    mysqld = root / "usr" / "sbin" / "mysqld"
+    if not mysqld.exists():
+        raise ConfigError(f"MySQL is not installed in {root}; binlake's MySQL dev-db needs it: run make setup "
+                          "(as root once), or point BINLAKE_MYSQL_ROOT at a root with usr/sbin/mysqld")
+    return [str(root / "lib64" / "ld-linux-x86-64.so.2"), "--library-path",
+            str(root / "usr" / "lib" / "x86_64-linux-gnu"), str(mysqld)]
+
+
+def mysql_files() -> tuple[str, ...]:
+    """Where the private root keeps what mysqld would look for under /usr."""
+    share = mysql_root() / "usr" / "share" / "mysql"
+    return (f"--basedir={mysql_root() / 'usr'}", f"--lc-messages-dir={share}",
+            f"--character-sets-dir={share / 'charsets'}", f"--plugin-dir={mysql_root() / 'usr/lib/mysql/plugin'}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,6 +103,8 @@ class DevDb:
     server_id: int = 1
     binlog: bool = True
     extra_options: tuple[str, ...] = ()
+    server: Server = "mariadb"
+    env: dict[str, str] = field(default_factory=dict)  # added to mysqld's environment (LD_PRELOAD in tests)
 
     def __post_init__(self) -> None:
         self.datadir = Path(self.datadir).resolve()
@@ -100,10 +134,18 @@ class DevDb:
             return None
         return int(self.port_path.read_text())
 
-    def _initialise(self, mariadbd: str) -> None:
-        if (self.datadir / "mysql").is_dir():
+    @property
+    def data_path(self) -> Path:
+        """The server's own data directory: MySQL's --initialize wants one it creates itself."""
+        return self.datadir / "data" if self.server == "mysql" else self.datadir
+
+    def _initialise(self) -> None:
+        if (self.data_path / "mysql").is_dir():
             return
         self.datadir.mkdir(parents=True, exist_ok=True)
+        if self.server == "mysql":
+            self._initialise_mysql()
+            return
         install = _find("mariadb-install-db") or _find("mysql_install_db")
         if install is None:
             raise ConfigError("mariadb-install-db is missing; run apt-get install -y mariadb-server")
@@ -115,28 +157,52 @@ class DevDb:
         if done.returncode != 0:
             raise RuntimeFailure(f"mariadb-install-db failed in {self.datadir}: {done.stderr.strip()[-400:]}")
 
+    def _initialise_mysql(self) -> None:
+        # --initialize makes root@localhost only, which a TCP client from 127.0.0.1 is not under
+        # --skip-name-resolve
+        init = self.datadir / "init.sql"
+        init.write_text("CREATE USER 'root'@'127.0.0.1' IDENTIFIED BY '';\n"
+                        "GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;\n")
+        cmd = [*mysqld_command(), "--no-defaults", "--initialize-insecure", f"--datadir={self.data_path}",
+               f"--init-file={init}", *mysql_files()]
+        if os.geteuid() == 0:
+            cmd.append("--user=root")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeFailure(f"mysqld --initialize-insecure failed in {self.datadir}: {done.stderr.strip()[-400:]}")
+
+    def _command(self, port: int, log: Path) -> list[str]:
+        common = [
+            f"--socket={self.socket_path}", f"--pid-file={self.pid_path}", f"--port={port}",
+            "--bind-address=127.0.0.1", f"--server-id={self.server_id}", "--skip-name-resolve",
+            f"--log-error={log}", "--innodb-buffer-pool-size=512M", "--max-allowed-packet=1G",
+            "--max-connections=500", "--character-set-server=utf8mb4",
+            "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
+        ]
+        if self.server == "mysql":
+            # MySQL keeps its default collation (utf8mb4_0900_ai_ci, NO PAD): binlake must follow it
+            return [*mysqld_command(), "--no-defaults", f"--datadir={self.data_path}", *mysql_files(),
+                    *common, "--secure-file-priv=", "--mysqlx=OFF", "--innodb-redo-log-capacity=512M",
+                    *(BINLOG_SETTINGS + MYSQL_GTIDS if self.binlog else ("--skip-log-bin",)),
+                    *self.extra_options]
+        return [ensure_installed(), "--no-defaults", f"--datadir={self.datadir}", *common,
+                "--collation-server=utf8mb4_general_ci", "--innodb-log-file-size=256M",
+                *(BINLOG_SETTINGS if self.binlog else ()), *self.extra_options]
+
     def start(self, timeout: float = 60.0) -> int:
         """Start the server (no-op when running); returns its port."""
         port = self.running_port()
         if port is not None:
             return port
-        mariadbd = ensure_installed()
-        self._initialise(mariadbd)
+        self._initialise()
         port = self.port or free_port()
         log = self.datadir / "mysqld.log"
-        cmd = [
-            mariadbd, "--no-defaults", f"--datadir={self.datadir}", f"--socket={self.socket_path}",
-            f"--pid-file={self.pid_path}", f"--port={port}", "--bind-address=127.0.0.1",
-            f"--server-id={self.server_id}", "--skip-name-resolve", f"--log-error={log}",
-            "--innodb-buffer-pool-size=512M", "--max-allowed-packet=1G", "--innodb-log-file-size=256M",
-            "--max-connections=500", "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
-            "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0",
-            *(BINLOG_SETTINGS if self.binlog else ()), *self.extra_options,
-        ]
+        cmd = self._command(port, log)
         if os.geteuid() == 0:
             cmd.append("--user=root")
         self.port_path.write_text(str(port))
-        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -145,8 +211,12 @@ class DevDb:
             except pymysql.err.OperationalError:
                 time.sleep(0.2)
         tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
-        raise RuntimeFailure(f"MariaDB in {self.datadir} did not accept connections on port {port} within "
+        raise RuntimeFailure(f"{self.label} in {self.datadir} did not accept connections on port {port} within "
                              f"{timeout:.0f}s; log tail: {tail}")
+
+    @property
+    def label(self) -> str:
+        return "MySQL" if self.server == "mysql" else "MariaDB"
 
     def stop(self, timeout: float = 60.0) -> None:
         pid = self.pid()

@@ -18,7 +18,7 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from binlake.binlog_reader import RowChange
+from binlake.source.binlog_reader import RowChange
 from binlake.chunking import KeyOrder
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema

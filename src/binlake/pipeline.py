@@ -23,7 +23,9 @@ from binlake.errors import (ConfigError, NewTableError, PositionGoneError, Runti
 from binlake.evolution import History, Version
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
-from binlake.source import captured_tables, connect, load_schema, master_position
+from binlake.source.catalog import captured_tables, load_schema
+from binlake.source.connection import connect
+from binlake.source.dialect import Dialect, binlog_head
 from binlake.splits import Split
 from binlake.target import Target
 from binlake.validation import check_server_ids
@@ -44,7 +46,7 @@ class Context:
     target: Target = field(init=False)
     spark: Any = field(init=False, default=None)
     _schemas: dict[str, TableSchema] | None = field(init=False, default=None)
-    is_mariadb: bool = field(init=False, default=True)
+    dialect: Dialect = field(init=False, default=Dialect("mariadb", (0, 0, 0)))
     new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
 
     def __post_init__(self) -> None:
@@ -70,9 +72,7 @@ class Context:
         if self._schemas is None:
             conn = connect(self.params)
             try:
-                with conn.cursor() as cur:
-                    cur.execute("SELECT VERSION()")
-                    self.is_mariadb = "mariadb" in str(cur.fetchone()[0]).lower()
+                self.dialect = Dialect.of(conn)
                 tables = captured_tables(conn, self.cfg.tables)
                 if not tables:
                     raise ConfigError(
@@ -350,7 +350,7 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
     spark = ctx.session()
     b = ctx.target.bronze(schema.name).location
     job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
-           "server_ids": ids, "is_mariadb": ctx.is_mariadb}
+           "server_ids": ids, "dialect": ctx.dialect.to_dict()}
     df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
           .option("password", ctx.params["password"]).load())
     marks = bronze.append_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
@@ -454,8 +454,8 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
 
 def check_position(ctx: Context) -> None:
     """Fail with PositionGoneError before streaming when the stored position's file is gone."""
-    from binlake.binlog_reader import purged_message
-    from binlake.source import purged
+    from binlake.source.binlog_reader import purged_message
+    from binlake.source.dialect import purged
     from binlake.spark.streaming import resume_position
 
     position = resume_position(ctx)
@@ -529,6 +529,6 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
 def current_position(cfg: Config) -> BinlogPosition:
     conn = connect(cfg.connection())
     try:
-        return master_position(conn)
+        return binlog_head(conn)
     finally:
         conn.close()

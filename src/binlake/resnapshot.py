@@ -24,7 +24,8 @@ import shutil
 from typing import TYPE_CHECKING
 
 from binlake.errors import ConfigError
-from binlake.source import captured_tables, connect
+from binlake.source.catalog import captured_tables
+from binlake.source.connection import connect
 
 if TYPE_CHECKING:
     from binlake.pipeline import Context

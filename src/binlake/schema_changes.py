@@ -233,7 +233,7 @@ class Guard:
            patterns: list[str] | None = None) -> Guard:
         """A guard that asks the server over `conn` for a table's schema as it is now."""
         from binlake.errors import ConfigError, RuntimeFailure
-        from binlake.source import load_schema
+        from binlake.source.catalog import load_schema
 
         def current(name: str) -> TableSchema | None:
             schema = schemas[name]
@@ -291,7 +291,7 @@ class Guard:
     def _new_table(self, item: SchemaChange | TableShape) -> None:
         """A table that comes to match source.tables while streaming: created, or renamed to a match."""
         from binlake.errors import NewTableError
-        from binlake.source import matches
+        from binlake.source.catalog import matches
 
         if not self.patterns or not isinstance(item, SchemaChange) or item.kind not in ("create_table", "rename"):
             return

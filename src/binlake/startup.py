@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from binlake.config import Config
+from binlake.source.dialect import Dialect
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogPosition
 
@@ -107,23 +108,23 @@ def validate(cfg: Config) -> None:
                           "needs Unix seconds: set stream.startup-timestamp")
 
 
-def resolve(cfg: Config, conn: Any, is_mariadb: bool, stored: Path) -> Start:
+def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
     """The stream's start for a non-snapshot mode: the stored one, else chosen now and stored."""
-    from binlake.source import binlog_files, master_position
+    from binlake.source.dialect import binlog_files, binlog_head
 
     if stored.exists():
         return Start.from_dict(json.loads(stored.read_text()))
     validate(cfg)
     mode = cfg.get("stream.startup-mode")
     if mode == "latest":
-        start = Start(master_position(conn))
+        start = Start(binlog_head(conn))
     elif mode == "earliest":
         start = Start(BinlogPosition(binlog_files(conn)[0], 4))
     elif mode == "specific":
         position = parse_position(cfg.get("stream.startup-position"))
         files = binlog_files(conn)
         if isinstance(position, dict):
-            if not is_mariadb:
+            if not dialect.is_mariadb:
                 raise ConfigError("stream.startup-position is a MariaDB GTID position but the source is MySQL; "
                                   "binlake needs 'file:position' there: fix stream.startup-position")
             start = Start(gtid_start(conn, position, cfg.get("stream.startup-position")), applied=position)
@@ -147,7 +148,7 @@ def resolve(cfg: Config, conn: Any, is_mariadb: bool, stored: Path) -> Start:
 def _file_at(cfg: Config, conn: Any, since: int) -> str:
     """The newest binlog file created at or before `since`: every event in older files is older.
     A file's creation time is the timestamp of its format-description event."""
-    from binlake.source import binlog_files
+    from binlake.source.dialect import binlog_files
 
     files = binlog_files(conn)
     chosen = files[0]
@@ -190,7 +191,7 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
     """The position of the first transaction of a named domain after the one `applied` names there:
     found from the newest binlog file whose starting GTID state is not past `applied`, scanning its
     events (SHOW BINLOG EVENTS, no replication connection); the head when there is none yet."""
-    from binlake.source import binlog_files, master_position
+    from binlake.source.dialect import binlog_files, binlog_head
 
     files = binlog_files(conn)
     first = None
@@ -218,4 +219,4 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
             if len(rows) < page:
                 break
             pos = int(rows[-1][4])  # End_log_pos of the last event: where the next one starts
-    return master_position(conn)
+    return binlog_head(conn)

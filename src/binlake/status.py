@@ -11,7 +11,8 @@ from binlake.pipeline import Context
 
 
 def status(cfg: Config) -> dict[str, Any]:
-    from binlake.source import connect, master_position
+    from binlake.source.connection import connect
+    from binlake.source.dialect import binlog_head
     from binlake.spark import state
     from binlake.spark.streaming import committed_offset
 
@@ -22,7 +23,7 @@ def status(cfg: Config) -> dict[str, Any]:
     progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
     conn = connect(ctx.params)
     try:
-        head = master_position(conn)
+        head = binlog_head(conn)
     finally:
         conn.close()
     from delta.tables import DeltaTable

@@ -17,7 +17,7 @@ import pymysql
 
 from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
-from binlake.source import registered_replicas
+from binlake.source.dialect import registered_replicas
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def server_id_problem(ids: ServerIdRange, setting: str, replicas: list[tuple[int
 
 def check_server_ids(cfg: Config) -> None:
     """Fail with a ConfigError before reading when a registered replica uses one of our server ids."""
-    from binlake.source import connect
+    from binlake.source.connection import connect
 
     conn = connect(cfg.connection())
     try:

@@ -19,9 +19,9 @@ from binlake.pipeline import Context
 def verify(cfg: Config) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from binlake.chunk_reader import Membership
+    from binlake.source.chunk_reader import Membership
     from binlake.chunking import KeyOrder
-    from binlake.source import connect
+    from binlake.source.connection import connect
     from binlake.spark import state
 
     ctx = Context(cfg)

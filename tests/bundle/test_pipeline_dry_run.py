@@ -141,7 +141,7 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     job = stream_job.build(ctx)
     assert set(job.schemas) == set(shop.tables)
     body = job.job
-    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "is_mariadb", "until", "since",
+    assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "until", "since",
                          "reconnect_timeout", "applied", "patterns", "schema_changes", "versions"}
     assert body["applied"] is None  # only a GTID startup position skips transactions
     # AUTO CDC's target keeps its columns: the pipeline stops at a schema change (stream.schema-changes: fail)
@@ -152,7 +152,6 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     assert body["reconnect_timeout"] == shop.cfg.get("source.reconnect-timeout")
     assert "password" not in body["connection"]
     assert body["server_id"] == 6410
-    assert body["is_mariadb"] is True
     hws = [(s["hw_file"], s["hw_pos"]) for ss in body["splits"].values() for s in ss]
     assert all(f and p for f, p in hws)
     first = min(hws, key=lambda fp: (int(fp[0].rsplit(".", 1)[1]), fp[1]))

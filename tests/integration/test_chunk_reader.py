@@ -1,12 +1,17 @@
-"""The fold rule against the real server: a chunk read equals the chunk's state at its HW."""
+"""The chunk read against the real server: a chunk read equals the chunk's state at its HW.
+
+On MariaDB the read is a consistent snapshot (LW = HW, every racing write comes after it); on MySQL
+the racing writes land between a settled LW and HW and the fold replays them."""
 
 from __future__ import annotations
 
-from binlake.chunk_reader import Hooks, read_chunk
-from binlake.source import connect, load_schema
+from binlake.source.chunk_reader import Hooks, read_chunk
+from binlake.source.catalog import load_schema
+from binlake.source.connection import connect
+from binlake.source.dialect import Dialect
 from binlake.splits import Split
 
-from .helpers import execute, fetch, params
+from .helpers import execute, fetch, params, seq
 
 
 def _state(dev_db, database, lo, hi):  # type: ignore[no-untyped-def]
@@ -16,9 +21,10 @@ def _state(dev_db, database, lo, hi):  # type: ignore[no-untyped-def]
 
 def test_fold_between_watermarks_gives_state_at_hw(dev_db, database):  # type: ignore[no-untyped-def]
     execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
-            "INSERT INTO t SELECT seq, CONCAT('v', seq) FROM seq_1_to_100")
+            f"INSERT INTO t SELECT seq, CONCAT('v', seq) FROM {seq(1, 100)}")
     p = params(dev_db)
-    schema = load_schema(connect(p), database, "t")
+    conn = connect(p)
+    schema, dialect = load_schema(conn, database, "t"), Dialect.of(conn)
     split = Split(f"{database}.t", 0, 1, ("10",), ("50",))
 
     def racing(*sqls: str):  # type: ignore[no-untyped-def]
@@ -34,10 +40,15 @@ def test_fold_between_watermarks_gives_state_at_hw(dev_db, database):  # type: i
                                      "INSERT INTO t VALUES (15, 'back')", "UPDATE t SET id = 16 WHERE id = 70"),
     )
     execute(dev_db, database, "DELETE FROM t WHERE id = 16")
+    before = _state(dev_db, database, 10, 50)
     result = read_chunk(p, schema, split, server_id=5499, hooks=hooks)
+    got = sorted(((r["id"], r["v"]) for r in result.rows), key=lambda x: int(x[0]))
+    if dialect.snapshot_method == "consistent-snapshot":
+        assert result.hw == result.lw and result.folded_events == 0
+        assert got == before  # the snapshot's state: every racing write is after its position
+        return
     assert result.hw > result.lw
     assert result.folded_events > 0
-    got = sorted(((r["id"], r["v"]) for r in result.rows), key=lambda x: int(x[0]))
     assert got == _state(dev_db, database, 10, 50)
     assert ("12", "re-inserted") in got and ("15", "back") in got and ("16", "v70") in got
     assert all(k not in {"13", "14"} for k, _ in got)
@@ -45,7 +56,7 @@ def test_fold_between_watermarks_gives_state_at_hw(dev_db, database):  # type: i
 
 def test_chunk_without_concurrent_writes_has_equal_watermarks(dev_db, database):  # type: ignore[no-untyped-def]
     execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
-            "INSERT INTO t SELECT seq, 'x' FROM seq_1_to_30")
+            f"INSERT INTO t SELECT seq, 'x' FROM {seq(1, 30)}")
     p = params(dev_db)
     schema = load_schema(connect(p), database, "t")
     result = read_chunk(p, schema, Split(f"{database}.t", 0, 0, None, ("20",)), server_id=5499)

@@ -18,8 +18,8 @@ from typing import Any
 
 from binlake.chunking import boundary_query, range_predicate
 from binlake.schema import qualified
-from binlake.source import connect as source_connect
-from binlake.source import load_schema
+from binlake.source.connection import connect as source_connect
+from binlake.source.catalog import load_schema
 from binlake.spark import state
 from binlake.target import Target
 

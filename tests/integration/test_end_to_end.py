@@ -8,13 +8,15 @@ from pathlib import Path
 
 from chispa import assert_df_equality
 
-from binlake.binlog_reader import read_changes, split_key_change
+from binlake.source.binlog_reader import read_changes, split_key_change
 from binlake.cli import main
 from binlake.config import load
 from binlake.handover import Handover
 from binlake.offsets import BinlogPosition
 from binlake.pipeline import run, stream
-from binlake.source import connect, load_schema, master_position
+from binlake.source.connection import connect
+from binlake.source.catalog import load_schema
+from binlake.source.dialect import binlog_head
 from binlake.spark import state
 from binlake.target import Target
 from binlake.verify import verify
@@ -46,7 +48,7 @@ def test_concurrent_writers_handover_and_verify(dev_db, database, spark, tmp_pat
     p = params(dev_db)
     conn = connect(p)
     schema = load_schema(conn, database, "t")
-    head = master_position(conn)
+    head = binlog_head(conn)
     handover = Handover({name: schema}, {name: splits})
     handover.bind(conn)
     start = handover.start_position()

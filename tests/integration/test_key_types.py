@@ -22,8 +22,8 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from binlake.chunking import _even_step
-from binlake.source import connect as source_connect
-from binlake.source import load_schema
+from binlake.source.connection import connect as source_connect
+from binlake.source.catalog import load_schema
 from binlake.spark import state
 from binlake.target import Target
 

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from binlake.binlog_reader import RowChange, read_changes
+from binlake.source.binlog_reader import RowChange, read_changes
 from binlake.config import load
 from binlake.devdb import DevDb
-from binlake.source import connect, master_position
+from binlake.source.connection import connect
+from binlake.source.dialect import binlog_head
 from binlake.spark.streaming import committed_offset
 from binlake.target import Target
 
@@ -78,7 +79,7 @@ def wait_for(what: str, done: Callable[[], bool], run: subprocess.Popen[str], ti
 
 def caught_up(db: DevDb, checkpoint: str) -> Callable[[], bool]:
     conn = connect({"host": "127.0.0.1", "port": db.running_port(), "user": "root", "password": ""})
-    head = master_position(conn)
+    head = binlog_head(conn)
     conn.close()
     return lambda: (committed_offset(checkpoint) or head.__class__("x.0", 0)) >= head
 
@@ -103,7 +104,7 @@ def test_binlog_read_survives_a_restart_mid_transaction(private_db: DevDb) -> No
         cur.execute("USE mid")
         cur.execute("CREATE TABLE mid.a (id INT PRIMARY KEY, v INT)")
         cur.execute("CREATE TABLE mid.b (id INT PRIMARY KEY, v INT)")
-        start = master_position(conn)
+        start = binlog_head(conn)
         cur.execute("INSERT INTO mid.a SELECT seq, seq FROM seq_1_to_300")
         cur.execute("BEGIN")
         for i in range(20):  # one transaction, many statements and tables
@@ -111,7 +112,7 @@ def test_binlog_read_survives_a_restart_mid_transaction(private_db: DevDb) -> No
             cur.execute("INSERT INTO mid.b VALUES (%s, %s)", (i, i))
         cur.execute("COMMIT")
         cur.execute("DELETE FROM mid.a WHERE id > 250")
-        stop = master_position(conn)
+        stop = binlog_head(conn)
 
     def key(c: RowChange) -> tuple[object, ...]:
         return (c.table, c.op, c.file, c.pos, c.row, repr(c.before), repr(c.after), c.gtid)

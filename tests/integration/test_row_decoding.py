@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from binlake import rowcodec
-from binlake.binlog_reader import RowChange, read_changes
-from binlake.source import connect as source_connect, master_position
+from binlake.source.binlog_reader import RowChange, read_changes
+from binlake.source.connection import connect as source_connect
+from binlake.source.dialect import binlog_head
 
 from .capture import connect
 from .helpers import params
@@ -30,7 +31,7 @@ def _changes(dev_db: Any, database: str, start: Any, stop: Any) -> list[tuple[An
 def _write(dev_db: Any, database: str, table: str, cols: list[tuple[int, str, str]]) -> tuple[Any, Any]:
     p = params(dev_db)
     conn = source_connect(p)
-    start = master_position(conn)
+    start = binlog_head(conn)
     names = [n for _, n, _ in cols]
     rows = [[r[i] for i, _, _ in cols] for r in ROWS]
     with connect(dev_db.running_port(), database, time_zone="+05:30", sql_mode="") as w, w.cursor() as cur:
@@ -46,7 +47,7 @@ def _write(dev_db: Any, database: str, table: str, cols: list[tuple[int, str, st
             cur.execute(f"UPDATE {table} SET {sets}, l1 = 'Ø' WHERE id = {i}")
         cur.execute(f"UPDATE {table} SET id = id + 1000 WHERE id > 100")  # multi-row update
         cur.execute(f"DELETE FROM {table} WHERE id > 1000")
-    stop = master_position(conn)
+    stop = binlog_head(conn)
     conn.close()
     return start, stop
 
@@ -100,9 +101,9 @@ def test_decimal_round_trip(dev_db, database, precision, scale, text) -> None:  
         cur.execute(f"CREATE TABLE d (id INT PRIMARY KEY, v DECIMAL({precision},{scale}))")
         p = params(dev_db)
         conn = source_connect(p)
-        start = master_position(conn)
+        start = binlog_head(conn)
         cur.execute(f"INSERT INTO d VALUES (1, {text})")
-        stop = master_position(conn)
+        stop = binlog_head(conn)
         conn.close()
     (change,) = _changes(dev_db, database, start, stop)
     assert change[4]["v"] == decimal.Decimal(text)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from binlake.chunk_reader import Hooks, read_chunk
+from binlake.source.chunk_reader import Hooks, read_chunk
 from binlake.errors import RuntimeFailure, SchemaChangedError
-from binlake.source import connect as source_connect
-from binlake.source import load_schema
+from binlake.source.connection import connect as source_connect
+from binlake.source.catalog import load_schema
 from binlake.splits import Split
 
 from .capture import connect, run_once, silver, with_stream, write_config

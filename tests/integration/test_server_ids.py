@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pymysqlreplication import BinLogStreamReader
 
-from binlake.binlog_reader import read_changes
+from binlake.source.binlog_reader import read_changes
 from binlake.config import load
 from binlake.errors import RuntimeFailure
-from binlake.source import master_position, registered_replicas
+from binlake.source.dialect import binlog_head, registered_replicas
 from binlake.validation import check
 
 from .capture import write_config
@@ -70,7 +70,7 @@ class Replica:
 @pytest.fixture
 def head(dev_db: Any) -> Iterator[Any]:
     with dev_db.connect() as conn:
-        yield master_position(conn)
+        yield binlog_head(conn)
 
 
 def test_a_registered_replica_with_one_of_our_ids_stops_binlake_before_it_reads(dev_db, database, head,
@@ -107,7 +107,7 @@ def test_a_reader_whose_id_is_taken_over_mid_read_fails_naming_the_setting(dev_d
             *[f"INSERT INTO t SELECT seq, REPEAT('x', 200) FROM seq_{i * 20_000 + 1}_to_{(i + 1) * 20_000}"
               for i in range(5)])
     with dev_db.connect() as conn:
-        stop = master_position(conn)
+        stop = binlog_head(conn)
     read = 0
     with pytest.raises(RuntimeFailure) as failed:
         # reconnecting would not help: the other reader holds the id

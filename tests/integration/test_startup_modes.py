@@ -13,7 +13,8 @@ import pytest
 from binlake.config import load
 from binlake.errors import ConfigError
 from binlake.pipeline import run
-from binlake.source import connect, master_position
+from binlake.source.connection import connect
+from binlake.source.dialect import binlog_head
 from binlake.spark.streaming import committed_offset
 from binlake.startup import contains, parse_position, resolve, validate
 from binlake.target import Target
@@ -47,7 +48,7 @@ def test_each_startup_mode(dev_db, database, spark, tmp_path: Path) -> None:  # 
     assert ids(latest) == []
     with dev_db.connect(database) as conn, conn.cursor() as cur:
         cur.execute("UPDATE t SET v = 'A' WHERE id <= 10")
-        after_a = master_position(conn)
+        after_a = binlog_head(conn)
     time.sleep(1.5)
     since = int(time.time())
     time.sleep(1.1)
@@ -96,7 +97,7 @@ def test_specific_gtid_position_starts_after_it_in_every_named_domain(dev_db, da
         had[1] = update(cur, 1, 4, "had 1 too")
         update(cur, 1, 5, "new 1")
         update(cur, 0, 6, "new 0 again")
-        cur.execute(f"SHOW BINLOG EVENTS IN '{master_position(conn).file}'")
+        cur.execute(f"SHOW BINLOG EVENTS IN '{binlog_head(conn).file}'")
         new_at = [int(r[1]) for r in cur.fetchall() if r[2] == "Gtid" and r[5].endswith(new)]
     assert [g.split("-")[0] for g in (had[0], had[1], new)] == ["0", "1", "0"]
 
@@ -130,7 +131,7 @@ def test_startup_settings_refused_with_the_fix(dev_db, tmp_path: Path) -> None: 
     with pytest.raises(ConfigError, match=r"is a MariaDB GTID position but the source is MySQL"):
         resolve(cfg, connect(params(dev_db)), False, tmp_path / "start-mysql.json")
     conn = connect(params(dev_db))
-    head = master_position(conn)
+    head = binlog_head(conn)
     conn.close()
     cfg_path = write_config(tmp_path / "b.yml", dev_db.running_port(), "nodb", tmp_path / "lake", 50, 4)
     cfg = load(cfg_path, ["stream.startup-mode=specific", f"stream.startup-position=mysql-bin.000000:4"])

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from binlake.binlog_reader import RowChange
+from binlake.source.binlog_reader import RowChange
 from binlake.chunking import range_predicate
 from binlake.handover import Handover
 from binlake.offsets import BinlogPosition
 from binlake.schema import qualified, quote
-from binlake.source import connect as source_connect
-from binlake.source import load_schema
+from binlake.source.connection import connect as source_connect
+from binlake.source.catalog import load_schema
 from binlake.spark import state
 from binlake.target import Target
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from binlake.binlog_reader import RowChange, split_key_change
-from binlake.chunk_reader import Membership, _fold, row_identity
+from binlake.source.binlog_reader import RowChange, split_key_change
+from binlake.source.chunk_reader import Membership, _fold, row_identity
 from binlake.chunking import KeyOrder
 from binlake.handover import Handover
 from binlake.offsets import BinlogPosition

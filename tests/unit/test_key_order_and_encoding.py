@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from binlake.binlog_reader import _image
+from binlake.source.binlog_reader import _image
 from binlake.chunking import PadSpaceWeight
 from binlake.schema import Column
 

@@ -72,12 +72,14 @@ class SnapshotReader(DataSourceReader):
     def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
         import pyarrow as pa
 
-        from binlake.chunk_reader import read_chunk, select_chunk
         from binlake.schema import TableSchema
+        from binlake.source.chunk_reader import read_chunk, select_chunk
+        from binlake.source.dialect import Dialect
         from binlake.splits import Split
 
         job = json.loads(self.options["job"])
         params = _params(self.options)
+        dialect = Dialect.from_dict(job["dialect"]) if job.get("dialect") else None
         schema = TableSchema.from_dict(job["schema"])
         names = schema.names
         fields = _meta_arrow() + [(f"_c{i}", pa.string()) for i in range(len(names))]
@@ -87,7 +89,7 @@ class SnapshotReader(DataSourceReader):
             if job.get("plain"):
                 columns, seq, file, pos = select_chunk(params, schema, split), None, None, None
             else:
-                result = read_chunk(params, schema, split, partition.server_id, is_mariadb=job.get("is_mariadb", True))
+                result = read_chunk(params, schema, split, partition.server_id, dialect=dialect)
                 columns, seq, file, pos = result.columns, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
             for begin, end in _parts(columns, wide):
                 n = end - begin
@@ -150,14 +152,15 @@ class BinlogReader(DataSourceStreamReader):
 
     def latestOffset(self) -> dict[str, Any]:
         from binlake.reconnect import retrying
-        from binlake.source import connect, master_position
+        from binlake.source.connection import connect
+        from binlake.source.dialect import binlog_head
 
         params = _params(self.options)
 
         def head_now() -> BinlogPosition:
             conn = connect(params)
             try:
-                return master_position(conn)
+                return binlog_head(conn)
             finally:
                 conn.close()
 
@@ -173,12 +176,12 @@ class BinlogReader(DataSourceStreamReader):
         return [BinlogRange(start, end)]
 
     def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
-        from binlake.binlog_reader import RowChange, read_changes, split_key_change
+        from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
         from binlake.handover import Handover
         from binlake.reconnect import retrying
         from binlake.schema import TableSchema
         from binlake.schema_changes import Guard
-        from binlake.source import connect
+        from binlake.source.connection import connect
         from binlake.splits import Split
         from binlake.evolution import marker_row
         from binlake.startup import contains
@@ -201,7 +204,7 @@ class BinlogReader(DataSourceStreamReader):
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
-                is_mariadb=self.job.get("is_mariadb", True), reconnect_timeout=patience, ddl=True,
+                reconnect_timeout=patience, ddl=True,
             )
             rows: list[tuple[Any, ...]] = []
             size = 0

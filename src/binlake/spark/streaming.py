@@ -97,7 +97,6 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "since": since,
         "applied": applied,
         "patterns": patterns,
-        "is_mariadb": ctx.is_mariadb,
         "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
     }
 
@@ -262,12 +261,12 @@ def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Versio
 
 
 def _startup(ctx: Context) -> Start:
-    from binlake.source import connect
+    from binlake.source.connection import connect
     from binlake.startup import resolve
 
     conn = connect(ctx.params)
     try:
-        return resolve(ctx.cfg, conn, ctx.is_mariadb, ctx.target.stream_start)
+        return resolve(ctx.cfg, conn, ctx.dialect, ctx.target.stream_start)
     finally:
         conn.close()
 

@@ -131,7 +131,6 @@ def read_changes(
     start: BinlogPosition,
     stop: BinlogPosition | None,
     wanted: Callable[[str, str], bool],
-    is_mariadb: bool = True,
     on_position: Callable[[BinlogPosition, int], None] | None = None,
     reconnect_timeout: float = 0,
     ddl: bool = False,

@@ -1,6 +1,7 @@
 """Reading one chunk without locks: low watermark, SELECT, high watermark, fold the gap.
 
-    1. LW := current binlog position
+    1. LW := a binlog position every transaction before which the SELECT sees (the dialect's exact
+       method: never the status command alone, see `binlake.source.dialect`)
     2. SELECT the chunk's rows into a buffer keyed by row identity
     3. HW := current binlog position
     4. if HW > LW: fold every row event of this table between LW and HW whose key lies in the chunk
@@ -9,6 +10,7 @@
 
 Rows written while the SELECT runs may or may not be in its result; either way the fold replays
 them on top, and because the fold applies them in binlog order the buffer ends at HW's state.
+On MariaDB the SELECT runs in a consistent snapshot whose position is both LW and HW: no fold.
 `Hooks` let tests run SQL exactly after LW, after the SELECT and before HW to force those races.
 """
 
@@ -23,12 +25,13 @@ from typing import Any
 
 from binlake import faults
 from binlake.errors import RuntimeFailure, SchemaChangedError
-from binlake.binlog_reader import RowChange, read_changes, split_key_change
+from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
 from binlake.schema_changes import Guard
-from binlake.source import connect, master_position, select_rows
+from binlake.source.connection import bulk_connect, connect, select_rows
+from binlake.source.dialect import Dialect
 from binlake.splits import Split
 
 log = logging.getLogger(__name__)
@@ -97,44 +100,66 @@ def read_chunk(
     split: Split,
     server_id: int,
     hooks: Hooks | None = None,
-    is_mariadb: bool = True,
+    dialect: Dialect | None = None,
 ) -> ChunkResult:
-    if schema.multiset:
-        return read_multiset_chunk(params, schema, split, server_id, hooks, is_mariadb)
+    """The chunk's exact state at its high watermark, read by the server's exact method (see
+    `binlake.source.dialect`): a consistent snapshot whose position is LW = HW (MariaDB), or a
+    settled LW, the SELECT, HW and the fold of LW..HW (MySQL)."""
     hooks = hooks or Hooks()
     began = time.monotonic()
     conn = connect(params)
     try:
-        lw = master_position(conn)
-        log.info("split %s: low watermark %s", split.id, lw)
-        faults.point("after_low_watermark", split.id)
-        if hooks.after_low_watermark:
-            hooks.after_low_watermark()
-        values = _select(params, schema, split)
-        log.info("split %s: selected %d rows", split.id, len(values))
-        if hooks.after_select:
-            hooks.after_select()
-        if hooks.before_high_watermark:
-            hooks.before_high_watermark()
-        hw = master_position(conn)
-        log.info("split %s: high watermark %s", split.id, hw)
-        faults.point("before_fold", split.id)
-        folded = 0
-        if hw > lw:
-            guard = Guard.on({schema.name: schema}, conn)
-            changes = []
-            for change in _changes(params, schema, server_id, lw, hw, is_mariadb, ddl=True):
-                if not isinstance(change, RowChange):
-                    guard.check(change)
-                    continue
-                changes += split_key_change(change, schema.key, operator.eq)
-            if changes:
-                values = _folded(schema, values, Membership(KeyOrder(schema, conn), split), changes)
-                folded = len(changes)
-            log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
+        dialect = dialect or Dialect.of(conn)
+        if schema.multiset:
+            return read_multiset_chunk(params, conn, dialect, schema, split, server_id, hooks, began)
+        if dialect.snapshot_method == "consistent-snapshot":
+            lw, values = _consistent_read(params, schema, split, hooks)
+            result = ChunkResult(split, lw, lw, schema.names, encode_columns(schema, values))
+        else:
+            result = _folded_read(params, conn, dialect, schema, split, server_id, hooks)
     finally:
         conn.close()
-    return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began, folded)
+    result.seconds = time.monotonic() - began
+    return result
+
+
+def _low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: Split) -> BinlogPosition:
+    """A position every transaction before which the next SELECT sees (the dialect's settle)."""
+    lw = dialect.head(conn)
+    dialect.settle(conn, float(params.get("read_timeout") or 60))
+    log.info("split %s: low watermark %s", split.id, lw)
+    return lw
+
+
+def _folded_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+                 server_id: int, hooks: Hooks) -> ChunkResult:
+    lw = _low_watermark(params, conn, dialect, split)
+    faults.point("after_low_watermark", split.id)
+    if hooks.after_low_watermark:
+        hooks.after_low_watermark()
+    values = _select(params, schema, split)
+    log.info("split %s: selected %d rows", split.id, len(values))
+    if hooks.after_select:
+        hooks.after_select()
+    if hooks.before_high_watermark:
+        hooks.before_high_watermark()
+    hw = dialect.head(conn)
+    log.info("split %s: high watermark %s", split.id, hw)
+    faults.point("before_fold", split.id)
+    folded = 0
+    if hw > lw:
+        guard = Guard.on({schema.name: schema}, conn)
+        changes = []
+        for change in _changes(params, schema, server_id, lw, hw, dialect, ddl=True):
+            if not isinstance(change, RowChange):
+                guard.check(change)
+                continue
+            changes += split_key_change(change, schema.key, operator.eq)
+        if changes:
+            values = _folded(schema, values, Membership(KeyOrder(schema, conn), split), changes)
+            folded = len(changes)
+        log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
+    return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), folded_events=folded)
 
 
 def _folded(schema: TableSchema, values: list[tuple[Any, ...]], member: Membership,
@@ -150,13 +175,18 @@ def _folded(schema: TableSchema, values: list[tuple[Any, ...]], member: Membersh
     return [tuple(row.get(n) for n in names) for row in buffer.values()]
 
 
-def _select(params: dict[str, Any], schema: TableSchema, split: Split) -> list[Any]:
-    """The chunk's rows. A column or the table gone (changed since the snapshot began) is a schema change."""
+def _select(params: dict[str, Any], schema: TableSchema, split: Split, cur: Any = None) -> list[Any]:
+    """The chunk's rows, on `cur` or a connection of its own. A column or the table gone (changed
+    since the snapshot began) is a schema change."""
     try:
-        return select_rows(params, *_chunk_query(schema, split))
+        if cur is None:
+            return select_rows(params, *_chunk_query(schema, split))
+        cur.execute(*_chunk_query(schema, split))
+        return list(cur.fetchall())
     except Exception as exc:  # PyMySQL or mysqlclient: both carry the server's error number first
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-        if code not in (1054, 1146):  # unknown column, no such table
+        # unknown column, no such table, table definition changed after the snapshot began
+        if code not in (1054, 1146, 1412):
             raise
         raise SchemaChangedError(
             f"captured table {schema.name} changed during its snapshot ({exc.args[1] if len(exc.args) > 1 else exc}); "
@@ -171,78 +201,69 @@ def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
 
 
 def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: BinlogPosition,
-             hw: BinlogPosition, is_mariadb: bool, ddl: bool = False) -> Iterator[Any]:
+             hw: BinlogPosition, dialect: Dialect, ddl: bool = False) -> Iterator[Any]:
     return read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
-                        is_mariadb=is_mariadb, ddl=ddl)
+                        ddl=ddl)
 
 
 # chunk reads of a key-less table on a server without binlog_snapshot_position, before giving up
 MULTISET_ATTEMPTS = 20
 
 
-def read_multiset_chunk(
-    params: dict[str, Any],
-    schema: TableSchema,
-    split: Split,
-    server_id: int,
-    hooks: Hooks | None = None,
-    is_mariadb: bool = True,
-) -> ChunkResult:
+def read_multiset_chunk(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+                        server_id: int, hooks: Hooks, began: float) -> ChunkResult:
     """A chunk of a table whose rows have no identity but their values (no primary key, a chunk key
     that may repeat), read as the exact state at one binlog position.
 
     The fold cannot be used: identical rows are told apart only by their number, and replaying an
-    insert the SELECT already saw would count it twice. MariaDB reads the chunk inside
-    `START TRANSACTION WITH CONSISTENT SNAPSHOT`, whose binlog position (`binlog_snapshot_file`,
-    `binlog_snapshot_position`) is exactly the state the SELECT sees -- a lock-free MVCC read, the
-    one `mariadb-dump --single-transaction --master-data` relies on. That position is both LW and
-    HW. Elsewhere the chunk is read between LW and HW as usual and read again until no row event
-    of the table between them touches the chunk (its SELECT then is the state at HW).
+    insert the SELECT already saw would count it twice. MariaDB's consistent snapshot needs no fold.
+    Elsewhere the chunk is read between a settled LW and HW and read again until no row event of the
+    table between them touches the chunk (its SELECT then is the state at HW).
     """
-    hooks = hooks or Hooks()
-    began = time.monotonic()
-    conn = connect(params)
-    try:
-        if is_mariadb:
-            lw, values = _consistent_read(conn, schema, split, hooks)
-            hw = lw
-        else:
-            lw, hw, values = _quiet_read(params, conn, schema, split, server_id, hooks)
-    finally:
-        conn.close()
+    if dialect.snapshot_method == "consistent-snapshot":
+        lw, values = _consistent_read(params, schema, split, hooks)
+        hw = lw
+    else:
+        lw, hw, values = _quiet_read(params, conn, dialect, schema, split, server_id, hooks)
     log.info("split %s: %d rows at %s", split.id, len(values), hw)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began)
 
 
-def _consistent_read(conn: Any, schema: TableSchema, split: Split,
+def _consistent_read(params: dict[str, Any], schema: TableSchema, split: Split,
                      hooks: Hooks) -> tuple[BinlogPosition, list[Any]]:
-    with conn.cursor() as cur:
+    """The chunk inside `START TRANSACTION WITH CONSISTENT SNAPSHOT`, whose binlog position
+    (`binlog_snapshot_file`, `binlog_snapshot_position`) is exactly the state the SELECT sees -- a
+    lock-free MVCC read, the one `mariadb-dump --single-transaction --master-data` relies on."""
+    conn = bulk_connect(params)
+    try:
+        cur = conn.cursor()
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         try:
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-            status = {k.lower(): v for k, v in cur.fetchall()}
-            at = BinlogPosition(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+            status = {str(k).lower(): v for k, v in cur.fetchall()}
+            at = BinlogPosition(str(status["binlog_snapshot_file"]), int(status["binlog_snapshot_position"]))
             log.info("split %s: consistent snapshot at %s", split.id, at)
             faults.point("after_low_watermark", split.id)
             if hooks.after_low_watermark:
                 hooks.after_low_watermark()  # not seen by the SELECT: it reads the snapshot
-            cur.execute(*_chunk_query(schema, split))
-            values = list(cur.fetchall())
+            values = _select(params, schema, split, cur)
             if hooks.after_select:
                 hooks.after_select()
             if hooks.before_high_watermark:
                 hooks.before_high_watermark()
         finally:
             cur.execute("COMMIT")
+    finally:
+        conn.close()
     return at, values
 
 
-def _quiet_read(params: dict[str, Any], conn: Any, schema: TableSchema, split: Split, server_id: int,
-                hooks: Hooks) -> tuple[BinlogPosition, BinlogPosition, list[Any]]:
+def _quiet_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+                server_id: int, hooks: Hooks) -> tuple[BinlogPosition, BinlogPosition, list[Any]]:
     member = Membership(KeyOrder(schema, conn), split)
     for attempt in range(1, MULTISET_ATTEMPTS + 1):
-        lw = master_position(conn)
+        lw = _low_watermark(params, conn, dialect, split)
         faults.point("after_low_watermark", split.id)
         if hooks.after_low_watermark:
             hooks.after_low_watermark()
@@ -251,10 +272,10 @@ def _quiet_read(params: dict[str, Any], conn: Any, schema: TableSchema, split: S
             hooks.after_select()
         if hooks.before_high_watermark:
             hooks.before_high_watermark()
-        hw = master_position(conn)
+        hw = dialect.head(conn)
         if hw == lw or not any(
             (c.before is not None and c.before in member) or (c.after is not None and c.after in member)
-            for c in _changes(params, schema, server_id, lw, hw, False)
+            for c in _changes(params, schema, server_id, lw, hw, dialect)
         ):
             return lw, hw, values
         log.info("split %s: rows of the chunk changed between %s and %s (attempt %d); reading it again",

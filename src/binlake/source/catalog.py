@@ -1,4 +1,4 @@
-"""The source database: connections, captured tables, their schemas and the binlog head."""
+"""The captured tables of the source and their schemas."""
 
 from __future__ import annotations
 
@@ -9,106 +9,9 @@ import pymysql
 import pymysql.cursors
 
 from binlake.errors import ConfigError, RuntimeFailure
-from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
 
 SYSTEM_DATABASES = {"mysql", "information_schema", "performance_schema", "sys"}
-
-
-def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection:
-    """A PyMySQL connection in UTC, autocommit, utf8mb4.
-
-    The session time zone is UTC so TIMESTAMP columns come back as UTC wall time, the same instant
-    the binlog carries as a Unix time.
-    """
-    try:
-        conn = pymysql.connect(
-            host=params["host"], port=int(params["port"]), user=params["user"], password=params["password"],
-            connect_timeout=int(params.get("connect_timeout", 10)), autocommit=True, charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'", **kw,
-        )
-    except pymysql.err.OperationalError as exc:
-        raise cannot_connect(params, exc) from None
-    return conn
-
-
-def cannot_connect(params: dict[str, Any], exc: Exception) -> RuntimeFailure:
-    """One line naming the settings to check; the server's message (which may quote input) stays out."""
-    code = exc.args[0] if exc.args else "?"
-    return RuntimeFailure(
-        f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
-        "check source.hostname, source.port, source.username and source.password"
-    )
-
-
-def select_rows(params: dict[str, Any], sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
-    """All rows of one query (a chunk: bounded by the chunk size) through the C client when it is
-    installed (mysqlclient, several times faster than PyMySQL at decoding rows), else PyMySQL. Both
-    return the same Python values; `schema.Column.encode` makes any difference in form irrelevant."""
-    try:
-        import MySQLdb
-    except ImportError:
-        conn = connect(params)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                return list(cur.fetchall())
-        finally:
-            conn.close()
-    try:
-        fast = MySQLdb.connect(
-            host=params["host"], port=int(params["port"]), user=params["user"], password=params["password"],
-            connect_timeout=int(params.get("connect_timeout", 10)), autocommit=True, charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'",
-        )
-    except MySQLdb.OperationalError as exc:
-        raise cannot_connect(params, exc) from None
-    try:
-        cur = fast.cursor()
-        cur.execute(sql, args)
-        return list(cur.fetchall())
-    finally:
-        fast.close()
-
-
-def master_position(conn: pymysql.connections.Connection) -> BinlogPosition:
-    with conn.cursor() as cur:
-        try:
-            cur.execute("SHOW MASTER STATUS")
-        except pymysql.err.ProgrammingError:  # MySQL 8.4 renamed it
-            cur.execute("SHOW BINARY LOG STATUS")
-        row = cur.fetchone()
-    if not row:
-        raise ConfigError("log_bin is OFF; binlake needs ON: start the server with --log-bin and restart")
-    return BinlogPosition(row[0], int(row[1]))
-
-
-def registered_replicas(conn: pymysql.connections.Connection) -> list[tuple[int, str]] | None:
-    """(server id, host) of each replica registered on the source, or None when the account may not
-    list them (MariaDB wants REPLICATION MASTER ADMIN, MySQL REPLICATION SLAVE)."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SHOW SLAVE HOSTS")
-            names = [d[0].lower() for d in cur.description or ()]
-            rows = cur.fetchall()
-    except (pymysql.err.OperationalError, pymysql.err.ProgrammingError):
-        return None
-    sid, host = names.index("server_id"), names.index("host")
-    return [(int(r[sid]), str(r[host] or "")) for r in rows]
-
-
-def binlog_files(conn: pymysql.connections.Connection) -> list[str]:
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        return [r[0] for r in cur.fetchall()]
-
-
-def purged(conn: pymysql.connections.Connection, position: BinlogPosition) -> str | None:
-    """The oldest binlog file still on the server, if `position`'s file is no longer there."""
-    files = binlog_files(conn)
-    if not files or position.file in files:
-        return None
-    return files[0]
 
 
 def captured_tables(conn: pymysql.connections.Connection, patterns: list[str]) -> list[tuple[str, str]]:

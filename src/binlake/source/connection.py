@@ -1,0 +1,64 @@
+"""Connections to the source: every connection binlake opens to the server is made here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from binlake.errors import RuntimeFailure
+
+
+def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection:
+    """A PyMySQL connection in UTC, autocommit, utf8mb4.
+
+    The session time zone is UTC so TIMESTAMP columns come back as UTC wall time, the same instant
+    the binlog carries as a Unix time.
+    """
+    try:
+        conn = pymysql.connect(
+            host=params["host"], port=int(params["port"]), user=params["user"], password=params["password"],
+            connect_timeout=int(params.get("connect_timeout", 10)), autocommit=True, charset="utf8mb4",
+            init_command="SET time_zone = '+00:00'", **kw,
+        )
+    except pymysql.err.OperationalError as exc:
+        raise cannot_connect(params, exc) from None
+    return conn
+
+
+def cannot_connect(params: dict[str, Any], exc: Exception) -> RuntimeFailure:
+    """One line naming the settings to check; the server's message (which may quote input) stays out."""
+    code = exc.args[0] if exc.args else "?"
+    return RuntimeFailure(
+        f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
+        "check source.hostname, source.port, source.username and source.password"
+    )
+
+
+def bulk_connect(params: dict[str, Any]) -> Any:
+    """A connection for reading many rows: the C client when it is installed (mysqlclient, several
+    times faster than PyMySQL at decoding rows), else PyMySQL. Both return the same Python values;
+    `schema.Column.encode` makes any difference in form irrelevant. Autocommit, UTC, utf8mb4."""
+    try:
+        import MySQLdb
+    except ImportError:
+        return connect(params)
+    try:
+        return MySQLdb.connect(
+            host=params["host"], port=int(params["port"]), user=params["user"], password=params["password"],
+            connect_timeout=int(params.get("connect_timeout", 10)), autocommit=True, charset="utf8mb4",
+            init_command="SET time_zone = '+00:00'",
+        )
+    except MySQLdb.OperationalError as exc:
+        raise cannot_connect(params, exc) from None
+
+
+def select_rows(params: dict[str, Any], sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
+    """All rows of one query (a chunk: bounded by the chunk size), on a bulk connection of its own."""
+    conn = bulk_connect(params)
+    try:
+        cur = conn.cursor()
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+    finally:
+        conn.close()

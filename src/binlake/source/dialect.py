@@ -1,0 +1,165 @@
+"""What differs between the servers binlake reads: MariaDB, MySQL 8.0/8.4 and MySQL 9.x.
+
+Every statement whose spelling depends on the server, and the way a chunk read gets an exact binlog
+position, is chosen here from the server's version, so the rest of binlake asks the dialect instead
+of testing the server's name.
+
+The exact chunk read (why `SHOW ... STATUS` alone is not enough): under group commit a transaction is
+written to the binlog, and the position the status command reports moves past it, before the storage
+engine makes its rows visible. A `SELECT` started right after that position can miss a transaction
+logged before it. Each server has an exact form instead:
+
+- MariaDB, `consistent-snapshot`: `START TRANSACTION WITH CONSISTENT SNAPSHOT`, then the status
+  variables `binlog_snapshot_file`/`binlog_snapshot_position`. The server takes both under the same
+  commit lock, so the position is exactly the state the transaction's `SELECT` sees: LW = HW, no fold.
+- MySQL with `gtid_mode=ON`, `settled-gtids`: the status position P is read, then every GTID the
+  server has handed out but not yet committed (`@@global.gtid_owned`) is waited for with
+  `WAIT_FOR_EXECUTED_GTID_SET`. A transaction written before P took its GTID before P was reported
+  (GTIDs are assigned in the flush stage, before the write), and a GTID leaves `gtid_owned` only by
+  entering `gtid_executed`, after the engine commit. So once the wait returns, every transaction
+  before P is visible to a `SELECT` started after it, and P is a true low watermark; the fold from P
+  to HW does the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pymysql
+
+from binlake.errors import ConfigError, RuntimeFailure
+from binlake.offsets import BinlogPosition
+
+Server = Literal["mariadb", "mysql"]
+SnapshotMethod = Literal["consistent-snapshot", "settled-gtids"]
+
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+_OWNER = re.compile(r"#\d+")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    server: Server
+    version: tuple[int, int, int]
+
+    @classmethod
+    def from_version(cls, text: str) -> Dialect:
+        """From `SELECT VERSION()` or the handshake's version ('5.5.5-10.11.6-MariaDB-0+deb12u1', '9.7.4-2')."""
+        if "mariadb" in text.lower():
+            text = text.removeprefix("5.5.5-")  # the handshake's prefix for old clients
+            server: Server = "mariadb"
+        else:
+            server = "mysql"
+        m = _VERSION.search(text)
+        version = (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (0, 0, 0)
+        return cls(server, version)
+
+    @classmethod
+    def of(cls, conn: Any) -> Dialect:
+        """The dialect of an open PyMySQL or mysqlclient connection, from its handshake (no query)."""
+        info = conn.get_server_info()
+        return cls.from_version(info.decode() if isinstance(info, bytes) else str(info))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"server": self.server, "version": list(self.version)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Dialect:
+        return cls(d["server"], tuple(int(v) for v in d["version"]))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{'MariaDB' if self.server == 'mariadb' else 'MySQL'} {'.'.join(map(str, self.version))}"
+
+    @property
+    def is_mariadb(self) -> bool:
+        return self.server == "mariadb"
+
+    @property
+    def snapshot_method(self) -> SnapshotMethod:
+        return "consistent-snapshot" if self.is_mariadb else "settled-gtids"
+
+    @property
+    def head_statement(self) -> str:
+        """The binlog's written end. MySQL 8.2 added SHOW BINARY LOG STATUS and 8.4 removed the
+        MASTER form; MariaDB spells it SHOW BINLOG STATUS from 10.5.2 on."""
+        if self.is_mariadb:
+            return "SHOW BINLOG STATUS" if self.version >= (10, 5, 2) else "SHOW MASTER STATUS"
+        return "SHOW BINARY LOG STATUS" if self.version >= (8, 2, 0) else "SHOW MASTER STATUS"
+
+    @property
+    def replicas_statement(self) -> str:
+        """The replicas registered on the source. MySQL 8.4 removed SHOW SLAVE HOSTS (SHOW REPLICAS
+        since 8.0.22); MariaDB knows SHOW REPLICA HOSTS from 10.5.1."""
+        if self.is_mariadb:
+            return "SHOW REPLICA HOSTS" if self.version >= (10, 5, 1) else "SHOW SLAVE HOSTS"
+        return "SHOW REPLICAS" if self.version >= (8, 0, 22) else "SHOW SLAVE HOSTS"
+
+    def head(self, conn: Any) -> BinlogPosition:
+        with conn.cursor() as cur:
+            cur.execute(self.head_statement)
+            row = cur.fetchone()
+        if not row:
+            raise ConfigError("log_bin is OFF; binlake needs ON: start the server with --log-bin and restart")
+        return BinlogPosition(str(row[0]), int(row[1]))
+
+    def settle(self, conn: Any, timeout: float) -> None:
+        """Wait until every transaction the binlog holds so far is visible to a new read (see the module
+        docstring): a no-op on MariaDB, whose chunk reads use a consistent snapshot instead."""
+        if self.is_mariadb:
+            return
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@global.gtid_mode, @@global.gtid_owned")
+            mode, owned = cur.fetchone()
+            if str(mode).upper() != "ON":
+                raise ConfigError(
+                    f"gtid_mode is {mode}; binlake's exact chunk read on MySQL needs ON: set gtid_mode "
+                    "step by step to ON (OFF_PERMISSIVE, ON_PERMISSIVE, ON) with enforce_gtid_consistency=ON"
+                )
+            owned = _OWNER.sub("", str(owned or "")).strip()
+            if not owned:
+                return
+            cur.execute("SELECT WAIT_FOR_EXECUTED_GTID_SET(%s, %s)", (owned, timeout))
+            (timed_out,) = cur.fetchone()
+        if timed_out:
+            raise RuntimeFailure(
+                f"transactions {owned} stayed uncommitted for {timeout:.0f}s after they reached the binlog; "
+                "a chunk read waits for them to be visible: raise source.read-timeout, or find what holds them"
+            )
+
+    def replicas(self, conn: Any) -> list[tuple[int, str]] | None:
+        """(server id, host) of each replica registered on the source, or None when the account may not
+        list them (MariaDB wants REPLICATION MASTER ADMIN, MySQL REPLICATION SLAVE)."""
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.replicas_statement)
+                names = [d[0].lower() for d in cur.description or ()]
+                rows = cur.fetchall()
+        except (pymysql.err.OperationalError, pymysql.err.ProgrammingError):
+            return None
+        sid, host = names.index("server_id"), names.index("host")
+        return [(int(r[sid]), str(r[host] or "")) for r in rows]
+
+
+def binlog_head(conn: Any) -> BinlogPosition:
+    """The binlog's written end, in the connection's own dialect."""
+    return Dialect.of(conn).head(conn)
+
+
+def registered_replicas(conn: Any) -> list[tuple[int, str]] | None:
+    return Dialect.of(conn).replicas(conn)
+
+
+def binlog_files(conn: Any) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return [r[0] for r in cur.fetchall()]
+
+
+def purged(conn: Any, position: BinlogPosition) -> str | None:
+    """The oldest binlog file still on the server, if `position`'s file is no longer there."""
+    files = binlog_files(conn)
+    if not files or position.file in files:
+        return None
+    return files[0]
