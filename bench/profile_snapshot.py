@@ -1,6 +1,6 @@
 """Where a snapshot's time goes: `python bench/profile_snapshot.py` (not part of `make bench`).
 
-1. cProfile of one chunk read in-process (binlake.chunk_reader.read_chunk, then the JSON encoding the
+1. cProfile of one chunk read in-process (binlake.source.chunk_reader.read_chunk, then the JSON encoding the
    Spark data source applies to each row): the Python decode/encode cost per row.
 2. One snapshot run in-process with each step of binlake.pipeline.read_group/finish_chunks timed:
    the Delta reads and writes per group of chunks against the rows they carry.
@@ -30,7 +30,7 @@ DATABASE = "bench_profile"
 
 
 def profile_chunk(params: dict[str, Any], schema: Any, split: Any) -> tuple[float, int, str]:
-    from binlake.chunk_reader import read_chunk
+    from binlake.source.chunk_reader import read_chunk
 
     read_chunk(params, schema, split, 6190)  # warm the buffer pool and the connection path
     began = time.monotonic()
@@ -100,7 +100,8 @@ def main() -> int:
         cfg_path, _lake = harness.write_config("profile", source, [rf"{DATABASE}\.customer"])
         from binlake import config, pipeline
         from binlake.chunking import plan_ranges
-        from binlake.source import connect, load_schema
+        from binlake.source.connection import connect
+        from binlake.source.catalog import load_schema
         from binlake.splits import Split
 
         cfg = config.load(cfg_path)
