@@ -183,7 +183,9 @@ class DevDb:
             # MySQL keeps its default collation (utf8mb4_0900_ai_ci, NO PAD): binlake must follow it
             return [*mysqld_command(), "--no-defaults", f"--datadir={self.data_path}", *mysql_files(),
                     *common, "--secure-file-priv=", "--mysqlx=OFF", "--innodb-redo-log-capacity=512M",
-                    *(BINLOG_SETTINGS + MYSQL_GTIDS if self.binlog else ("--skip-log-bin",)),
+                    # GTIDs stay on without a binlog too (MySQL keeps them in mysql.gtid_executed): a
+                    # server without log_bin then differs from a ready one in log_bin alone
+                    *(BINLOG_SETTINGS if self.binlog else ("--skip-log-bin",)), *MYSQL_GTIDS,
                     *self.extra_options]
         return [ensure_installed(), "--no-defaults", f"--datadir={self.datadir}", *common,
                 "--collation-server=utf8mb4_general_ci", "--innodb-log-file-size=256M",

@@ -17,7 +17,7 @@ import pymysql
 
 from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
-from binlake.source.dialect import registered_replicas
+from binlake.source.dialect import Dialect, registered_replicas
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,15 @@ _REQUIRED_VARIABLES: dict[str, tuple[str, str]] = {
     "binlog_row_image": ("FULL", _dynamic_fix("binlog_row_image", "FULL")),
     "binlog_row_metadata": ("FULL", _dynamic_fix("binlog_row_metadata", "FULL")),
 }
+
+# MySQL's exact chunk read settles its low watermark by waiting for GTIDs (binlake.source.dialect), so
+# it needs gtid_mode=ON; MariaDB reads chunks in a consistent snapshot and has no gtid_mode. gtid_mode
+# rises one step at a time, and only to ON once no anonymous transaction is running.
+_GTID_MODE_FIX = (
+    "SET GLOBAL enforce_gtid_consistency='ON', then SET GLOBAL gtid_mode to OFF_PERMISSIVE, "
+    "ON_PERMISSIVE and, once Ongoing_anonymous_transaction_count is 0, ON; put gtid_mode=ON and "
+    "enforce_gtid_consistency=ON in the server config"
+)
 
 # Privilege spellings as SHOW GRANTS prints them. MariaDB 10.5+ prints REPLICATION CLIENT as
 # BINLOG MONITOR, and knows REPLICATION REPLICA as a synonym of REPLICATION SLAVE.
@@ -159,7 +168,7 @@ class SourceFacts:
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION(), CURRENT_USER()")
             version, current_user = cur.fetchone() or ("", "")
-            names = ", ".join(f"'{v}'" for v in _REQUIRED_VARIABLES)
+            names = ", ".join(f"'{v}'" for v in (*_REQUIRED_VARIABLES, "gtid_mode"))
             cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
             variables = {str(name): str(value) for name, value in cur.fetchall()}
             cur.execute("SHOW GRANTS")
@@ -209,14 +218,29 @@ def _variable_problems(facts: SourceFacts) -> list[str]:
     return out
 
 
+def _gtid_problem(facts: SourceFacts) -> str | None:
+    if Dialect.from_version(facts.version).snapshot_method != "settled-gtids":
+        return None
+    found = facts.variables.get("gtid_mode")
+    if found is None:
+        return (f"gtid_mode does not exist on {_product(facts.version)}; binlake needs gtid_mode=ON for its "
+                f"exact chunk read on MySQL: upgrade the server, then {_GTID_MODE_FIX}")
+    if found.upper() == "ON":
+        return None
+    return f"gtid_mode is {found}; binlake needs ON for its exact chunk read on MySQL: {_GTID_MODE_FIX}"
+
+
 def _privilege_problems(facts: SourceFacts, table_patterns: list[str]) -> list[str]:
     grants = [g for g in (Grant.parse(line) for line in facts.grants) if g is not None]
     global_privileges = sorted({p for g in grants if g.is_global for p in g.privileges} - {"USAGE"})
     found = f"{facts.account} has {', '.join(global_privileges) or 'no privileges'} ON *.*"
+    positions = "to read binlog positions"
+    if Dialect.from_version(facts.version).is_mariadb:
+        positions += " (BINLOG MONITOR on MariaDB)"
     out = []
     for needed, names, purpose in (
         ("REPLICATION SLAVE", _REPLICATION_SLAVE, "to read the binlog"),
-        ("REPLICATION CLIENT", _REPLICATION_CLIENT, "to read binlog positions (BINLOG MONITOR on MariaDB)"),
+        ("REPLICATION CLIENT", _REPLICATION_CLIENT, positions),
     ):
         if not any(g.is_global and g.has(names) for g in grants):
             out.append(
@@ -270,6 +294,9 @@ def problems(facts: SourceFacts, table_patterns: list[str]) -> list[str]:
     if server:
         out.append(server)
     out += _variable_problems(facts)
+    gtids = _gtid_problem(facts)
+    if gtids:
+        out.append(gtids)
     out += _privilege_problems(facts, table_patterns)
     return out
 

@@ -1,8 +1,9 @@
-"""`binlake check` against real MariaDB servers: every way a source can be unready, one line each.
+"""`binlake check` against real MariaDB and MySQL servers: every way a source can be unready, one line each.
 
 Privilege cases run on the shared test server (they only add and drop their own accounts). Cases that
-change global server state run on private servers in a temporary directory, because other tests (and
-other test runs) stream from the shared server's binlog and would see a STATEMENT-format binlog.
+change global server state run on private servers of the same kind in a temporary directory, because
+other tests (and other test runs) stream from the shared server's binlog and would see a
+STATEMENT-format binlog.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from binlake import cli, config
-from binlake.devdb import BINLOG_SETTINGS, DevDb, free_port
+from binlake.devdb import BINLOG_SETTINGS, DevDb, Server, free_port
 from binlake.validation import SourceFacts, check, problems
 
 # Distinctive, so that finding it in any output is certainly a leak.
@@ -53,8 +54,8 @@ def run_fix(db: DevDb, line: str) -> None:
 
 
 @contextmanager
-def private_server(datadir: Path, *options: str, binlog: bool = True) -> Iterator[DevDb]:
-    db = DevDb(datadir=datadir, server_id=7, binlog=binlog, extra_options=options)
+def private_server(datadir: Path, server: Server, *options: str, binlog: bool = True) -> Iterator[DevDb]:
+    db = DevDb(datadir=datadir, server_id=7, binlog=binlog, extra_options=options, server=server)
     db.start()
     try:
         yield db
@@ -63,15 +64,15 @@ def private_server(datadir: Path, *options: str, binlog: bool = True) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def scratch_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
-    with private_server(tmp_path_factory.mktemp("check") / "db") as db:
+def scratch_db(dev_db: DevDb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
+    with private_server(tmp_path_factory.mktemp(f"check-{dev_db.server}") / "db", dev_db.server) as db:
         yield db
 
 
 @pytest.fixture(scope="module")
-def spare_datadir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def spare_datadir(dev_db: DevDb, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One data directory for the servers started with odd options, initialised once, used in turn."""
-    return tmp_path_factory.mktemp("check-spare") / "db"
+    return tmp_path_factory.mktemp(f"check-spare-{dev_db.server}") / "db"
 
 
 @pytest.fixture
@@ -101,6 +102,11 @@ def make_user(dev_db: DevDb) -> Iterator[Callable[..., str]]:
     with dev_db.connect() as conn, conn.cursor() as cur:
         for name in made:
             cur.execute(f"DROP USER IF EXISTS '{name}'@'%'")
+
+
+def client_privilege(db: DevDb) -> str:
+    """REPLICATION CLIENT under the name the server prints: MariaDB 10.5+ calls it BINLOG MONITOR."""
+    return "BINLOG MONITOR" if db.server == "mariadb" else "REPLICATION CLIENT"
 
 
 def assert_no_secret(*outputs: object) -> None:
@@ -142,9 +148,9 @@ def test_binlog_variable_not_as_needed(scratch_db: DevDb, variable: str, bad: st
             cur.execute(f"SET GLOBAL {variable}='{good}'")
 
 
-def test_log_bin_off(spare_datadir: Path) -> None:
+def test_log_bin_off(dev_db: DevDb, spare_datadir: Path) -> None:
     # the other binlog settings as needed, so log_bin is the only thing wrong
-    with private_server(spare_datadir, *BINLOG_SETTINGS[1:], binlog=False) as db:
+    with private_server(spare_datadir, dev_db.server, *BINLOG_SETTINGS[1:], binlog=False) as db:
         expected = ("log_bin is OFF; binlake needs ON: start the server with log_bin=mysql-bin in its config "
                     "(it cannot be set at runtime)")
         assert check(cfg_for(db.running_port())) == [expected]
@@ -159,17 +165,42 @@ def test_log_bin_off(spare_datadir: Path) -> None:
     ],
     ids=["mariadb-10.4", "mysql-5.7", "mysql-8.0"],
 )
-def test_server_version(spare_datadir: Path, reported: str, expected: str | None) -> None:
+def test_server_version(dev_db: DevDb, spare_datadir: Path, reported: str, expected: str | None) -> None:
     # MariaDB reports whatever --version says, which lets a real server pose as an older one.
-    with private_server(spare_datadir, f"--version={reported}") as db:
-        assert check(cfg_for(db.running_port())) == ([f"{expected}: upgrade the server"] if expected else [])
+    if dev_db.server != "mariadb":
+        pytest.skip("only MariaDB's --version sets the version a server reports (MySQL's prints it, exits)")
+    with private_server(spare_datadir, dev_db.server, f"--version={reported}") as db:
+        found = check(cfg_for(db.running_port()))
+    # a MariaDB posing as MySQL lacks MySQL's gtid_mode, which the check rightly names too
+    assert [line for line in found if line.startswith("server version")] == (
+        [f"{expected}: upgrade the server"] if expected else [])
+
+
+def test_gtid_mode_off_on_mysql(scratch_db: DevDb) -> None:
+    if scratch_db.server != "mysql":
+        pytest.skip("MariaDB has no gtid_mode: its chunk reads use a consistent snapshot, not GTIDs")
+    cfg = cfg_for(scratch_db.running_port())
+    steps = ["ON_PERMISSIVE", "OFF_PERMISSIVE", "OFF"]
+    with scratch_db.connect() as conn, conn.cursor() as cur:
+        try:
+            for mode in steps:  # gtid_mode moves one step at a time
+                cur.execute(f"SET GLOBAL gtid_mode='{mode}'")
+            found = check(cfg)
+            assert len(found) == 1, found
+            assert found[0].startswith("gtid_mode is OFF; binlake needs ON for its exact chunk read on MySQL")
+            assert "SET GLOBAL gtid_mode to OFF_PERMISSIVE, ON_PERMISSIVE and" in found[0]
+            assert "gtid_mode=ON and enforce_gtid_consistency=ON in the server config" in found[0]
+        finally:
+            for mode in [*reversed(steps[:-1]), "ON"]:
+                cur.execute(f"SET GLOBAL gtid_mode='{mode}'")
+    assert check(cfg) == []
 
 
 def test_variable_missing_on_old_mysql() -> None:
     # No local server lacks binlog_row_metadata, so this rule is checked on hand-made facts.
     facts = SourceFacts(
         version="8.0.13",
-        variables={"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL"},
+        variables={"log_bin": "ON", "binlog_format": "ROW", "binlog_row_image": "FULL", "gtid_mode": "ON"},
         account="'cdc'@'%'",
         grants=("GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `cdc`@`%`",),
         visible_tables=("shop.orders",),
@@ -206,8 +237,12 @@ def test_missing_privilege(dev_db: DevDb, captured: list[str], make_user: Callab
 
 def test_privilege_names_that_only_look_alike(dev_db: DevDb, captured: list[str],
                                               make_user: Callable[..., str]) -> None:
-    # REPLICATION SLAVE ADMIN and SLAVE MONITOR contain the needed names but do not grant them
-    user = make_user("SELECT, REPLICATION SLAVE ADMIN, SLAVE MONITOR, BINLOG ADMIN ON *.*")
+    # REPLICATION SLAVE ADMIN and SLAVE MONITOR (MySQL: REPLICATION_SLAVE_ADMIN, REPLICATION_APPLIER)
+    # contain the needed names but do not grant them
+    if dev_db.server == "mariadb":
+        user = make_user("SELECT, REPLICATION SLAVE ADMIN, SLAVE MONITOR, BINLOG ADMIN ON *.*")
+    else:
+        user = make_user("SELECT, REPLICATION_SLAVE_ADMIN, REPLICATION_APPLIER, BINLOG_ADMIN ON *.*")
     found = check(cfg_for(dev_db.running_port(), user, PASSWORD, captured))
     assert [line.split(" is missing")[0] for line in found] == [
         "privilege REPLICATION SLAVE", "privilege REPLICATION CLIENT"
@@ -219,7 +254,7 @@ def test_privilege_names_that_only_look_alike(dev_db: DevDb, captured: list[str]
     "grants",
     [
         ["ALL PRIVILEGES ON *.*"],
-        ["REPLICATION SLAVE, BINLOG MONITOR ON *.*", "SELECT ON `{db}`.*"],
+        ["REPLICATION SLAVE, {client} ON *.*", "SELECT ON `{db}`.*"],
         ["REPLICATION SLAVE, REPLICATION CLIENT ON *.*", "ALL PRIVILEGES ON `{db}`.*"],
         ["REPLICATION SLAVE, REPLICATION CLIENT ON *.*", "SELECT ON `{prefix}%`.*"],
         ["REPLICATION SLAVE, REPLICATION CLIENT ON *.*", "SELECT ON `{db}`.orders",
@@ -228,7 +263,8 @@ def test_privilege_names_that_only_look_alike(dev_db: DevDb, captured: list[str]
 )
 def test_sufficient_grants(dev_db: DevDb, database: str, captured: list[str], make_user: Callable[..., str],
                            grants: list[str]) -> None:
-    user = make_user(*(g.format(db=database, prefix=database[:6]) for g in grants))
+    client = client_privilege(dev_db)
+    user = make_user(*(g.format(db=database, prefix=database[:6], client=client) for g in grants))
     assert check(cfg_for(dev_db.running_port(), user, PASSWORD, captured)) == []
 
 
@@ -283,7 +319,8 @@ def test_wrong_password(dev_db: DevDb, make_user: Callable[..., str],
 
 def test_cli_reports_one_line_and_exit_code_2(dev_db: DevDb, captured: list[str],
                                               make_user: Callable[..., str], tmp_path: Path) -> None:
-    user = make_user("SELECT, BINLOG MONITOR ON *.*")
+    client = client_privilege(dev_db)
+    user = make_user(f"SELECT, {client} ON *.*")
     cfg_file = tmp_path / "binlake.yml"
     cfg_file.write_text(
         "source:\n"
@@ -301,7 +338,7 @@ def test_cli_reports_one_line_and_exit_code_2(dev_db: DevDb, captured: list[str]
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     expected = (
-        f"privilege REPLICATION SLAVE is missing: '{user}'@'%' has BINLOG MONITOR, SELECT ON *.*; "
+        f"privilege REPLICATION SLAVE is missing: '{user}'@'%' has {client}, SELECT ON *.*; "
         f"binlake needs REPLICATION SLAVE ON *.* to read the binlog: "
         f"GRANT REPLICATION SLAVE ON *.* TO '{user}'@'%'"
     )

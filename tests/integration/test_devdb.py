@@ -1,4 +1,4 @@
-"""The private MariaDB: an idempotent start, and a binlog whose row events carry column names."""
+"""The private server: an idempotent start, and a binlog whose row events carry column names."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pymysqlreplication.row_event import WriteRowsEvent
 
 from binlake import cli
 from binlake.devdb import DevDb
+from binlake.source.dialect import binlog_head
 
 
 def test_start_is_idempotent(dev_db: DevDb, capsys: pytest.CaptureFixture[str]) -> None:
@@ -18,8 +19,8 @@ def test_start_is_idempotent(dev_db: DevDb, capsys: pytest.CaptureFixture[str]) 
     assert port is not None and pid is not None
     assert dev_db.start() == port
     # a second handle on the same data directory finds the running server instead of starting one
-    assert DevDb(datadir=dev_db.datadir).start() == port
-    assert cli.main(["dev-db", "start", "--datadir", str(dev_db.datadir)]) == 0
+    assert DevDb(datadir=dev_db.datadir, server=dev_db.server).start() == port
+    assert cli.main(["dev-db", "start", "--server", dev_db.server, "--datadir", str(dev_db.datadir)]) == 0
     assert f"dev-db running on 127.0.0.1:{port} " in capsys.readouterr().out
     assert dev_db.pid() == pid
     with dev_db.connect() as conn, conn.cursor() as cur:
@@ -32,10 +33,7 @@ def test_binlog_row_event_carries_column_names(dev_db: DevDb, database: str) -> 
     with dev_db.connect(database) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE items (id INT UNSIGNED PRIMARY KEY, "
                     "label VARCHAR(40) CHARACTER SET utf8mb4, price DECIMAL(12,2))")
-        cur.execute("SHOW MASTER STATUS")
-        status = cur.fetchone()
-        assert status is not None, "the test server runs without a binlog"
-        log_file, log_pos = status[:2]
+        head = binlog_head(conn)
         cur.execute("INSERT INTO items VALUES (1, 'Zoë ☕', 12.34)")
 
     port = dev_db.running_port()
@@ -47,8 +45,8 @@ def test_binlog_row_event_carries_column_names(dev_db: DevDb, database: str) -> 
         only_schemas=[database],
         blocking=False,
         resume_stream=True,
-        log_file=log_file,
-        log_pos=log_pos,
+        log_file=head.file,
+        log_pos=head.pos,
     )
     try:
         events = list(stream)
