@@ -78,6 +78,9 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "server-id": (_str, "5400-5404", "replica server ids, one per concurrent binlog reader"),
         "chunk-key": (_chunk_keys, {}, "db.table -> chunk key columns (tables without a primary key)"),
         "connect-timeout": (_int, 10, "seconds"),
+        "read-timeout": (_int, 60, "seconds a read from the source may wait for data before it fails: a "
+                         "half-open connection, or a binlog position the server reported written but does not "
+                         "serve (not yet synced)"),
         "reconnect-timeout": (_int, 300, "seconds the stream keeps reconnecting to a lost source "
                               "(backoff 0.5 s doubling to 10 s) before it fails; `0` fails at once"),
     },
@@ -181,6 +184,7 @@ class Config:
             "user": self.get("source.username"),
             "password": self.get("source.password"),
             "connect_timeout": int(self.get("source.connect-timeout")),
+            "read_timeout": int(self.get("source.read-timeout")),
         }
 
     def masked(self) -> dict[str, dict[str, Any]]:
@@ -298,6 +302,9 @@ def load(
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"source.tables pattern {pattern!r} is not a valid regex ({exc}); fix source.tables") from None
+    if cfg.get("source.read-timeout") <= 0:
+        raise ConfigError(f"source.read-timeout is {cfg.get('source.read-timeout')}; binlake needs at least 1 "
+                          "second: fix source.read-timeout")
     if cfg.get("source.reconnect-timeout") < 0:
         raise ConfigError(f"source.reconnect-timeout is {cfg.get('source.reconnect-timeout')}; binlake needs "
                           "0 (no reconnecting) or more seconds: fix source.reconnect-timeout")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
@@ -24,6 +26,8 @@ from binlake.offsets import BinlogPosition, event_seq, row_slot
 from binlake.reconnect import Backoff, is_connection_lost
 from binlake.rowcodec import RowDecoder
 from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
+from binlake.source.dialect import purged
 
 log = logging.getLogger(__name__)
 
@@ -72,14 +76,9 @@ def split_key_change(change: RowChange, key: tuple[str, ...], same: Callable[[An
     ]
 
 
-def _settings(params: dict[str, Any]) -> dict[str, Any]:
-    return {"host": params["host"], "port": int(params["port"]), "user": params["user"],
-            "password": params["password"], "connect_timeout": int(params.get("connect_timeout", 10))}
-
-
 def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinLogStreamReader:
     return BinLogStreamReader(
-        connection_settings=_settings(params),
+        connection_settings=settings(params),
         server_id=server_id,
         log_file=start.file,
         log_pos=start.pos,
@@ -94,8 +93,43 @@ def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinL
     )
 
 
-def _failure(exc: Exception, start: BinlogPosition, server_id: int) -> Exception:
-    """The server's refusal as one line binlake can act on, or `exc` itself."""
+class NotServedYet(Exception):
+    """The dump ended, or refused to start, short of a position the server has reported written."""
+
+
+@dataclass
+class Catchup:
+    """Waiting for the server to serve what it has already written.
+
+    A binlog dump sends only what the server has synced, but `SHOW ... STATUS` reports the written
+    end, and with `sync_binlog=1` an fsync sits between the two. A read up to (or from) a position
+    reported a moment ago can find the dump short of it: it ends early, or refuses to start with error
+    1236 'position > file size'. That is a short wait, not a server restart and not a purge. The wait
+    is bounded by `source.read-timeout` without progress; pauses grow from 5 ms to 200 ms.
+    """
+
+    timeout: float
+    _since: float | None = None
+    _pause: float = 0.005
+
+    def wait(self, why: str) -> None:
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        if now - self._since >= self.timeout:
+            raise RuntimeFailure(
+                f"{why} for {self.timeout:g}s; binlake waits for the server to serve what it reported "
+                "written: raise source.read-timeout if its disk is that slow, or check the server"
+            )
+        time.sleep(self._pause)
+        self._pause = min(self._pause * 2, 0.2)
+
+    def reset(self) -> None:
+        self._since, self._pause = None, 0.005
+
+
+def _failure(exc: Exception, params: dict[str, Any], start: BinlogPosition, server_id: int) -> Exception:
+    """The server's refusal as one line binlake can act on (or `NotServedYet`), or `exc` itself."""
     text = str(exc)
     if "max_allowed_packet" in text:
         return RuntimeFailure(
@@ -110,9 +144,21 @@ def _failure(exc: Exception, start: BinlogPosition, server_id: int) -> Exception
             "connecting with the same id; binlake needs ids no other reader of this source uses: set "
             "source.server-id to a free range"
         )
-    if "1236" in text or "Could not find first log file" in text or "purged" in text:
-        return PositionGoneError(purged_message(start))
-    return exc
+    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
+    if code != 1236 and "1236" not in text:
+        return exc
+    if "file size" in text or "impossible position" in text:
+        return NotServedYet(f"the source refused to send its binlog from {start} (not yet synced)")
+    # a 1236 is a purge only if the file is really gone: the same code covers other refusals
+    conn = connect(params)
+    try:
+        oldest = purged(conn, start)
+    finally:
+        conn.close()
+    if oldest is not None:
+        return PositionGoneError(purged_message(start, oldest))
+    message = " ".join(str(exc.args[-1] if exc.args else exc).split())
+    return RuntimeFailure(f"the source refused to send its binlog from {start}: {message} (MySQL error 1236)")
 
 
 def purged_message(position: BinlogPosition, oldest: str | None = None) -> str:
@@ -151,6 +197,7 @@ def read_changes(
     740.
     """
     backoff = Backoff(params, reconnect_timeout)
+    catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
     txn_start = start  # where the transaction being read began: a safe place to reopen
     done = start  # events starting before this were handled completely
     in_txn = False
@@ -164,10 +211,18 @@ def read_changes(
                 try:
                     event = stream.fetchone()
                 except Exception as exc:  # the library raises pymysql errors with the server's text
-                    if is_connection_lost(exc) and reconnect_timeout > 0:
+                    if is_connection_lost(exc):
+                        if reconnect_timeout <= 0:
+                            raise RuntimeFailure(
+                                f"lost the source while reading the binlog at {done} ({_cause(exc)}); set "
+                                "source.reconnect-timeout to ride out a server restart or a dropped connection"
+                            ) from None
                         backoff.wait(exc, f"reading the binlog at {done}")
                         break
-                    failure = _failure(exc, txn_start, server_id)
+                    failure = _failure(exc, params, txn_start, server_id)
+                    if isinstance(failure, NotServedYet):
+                        catchup.wait(str(failure))
+                        break
                     if failure is exc:
                         raise
                     raise failure from None
@@ -175,15 +230,13 @@ def read_changes(
                     reached = BinlogPosition(stream.log_file, int(stream.log_pos or 0)) if stream.log_file else None
                     if stop is None or (reached is not None and reached >= stop):
                         return
-                    # the server ended the dump before `stop`, which it had already written: it is
-                    # shutting down; returning here would commit a batch with events missing
-                    cut = ConnectionError(f"binlog dump ended at {reached} before {stop}")
-                    if reconnect_timeout <= 0:
-                        raise RuntimeFailure(f"the source ended the binlog dump at {reached}, before {stop}; "
-                                             "set source.reconnect-timeout to ride out a server restart") from None
-                    backoff.wait(cut, f"reading the binlog at {done}")
+                    # the dump ended short of `stop`, which the server had reported written: it has not
+                    # synced it yet (see Catchup). Returning here would commit a batch with events
+                    # missing; a server going away fails the reopen instead, which takes the reconnect path.
+                    catchup.wait(f"the source's binlog dump ended at {reached}, short of {stop} it reported written,")
                     break
                 backoff.reset()
+                catchup.reset()
                 end = int(event.packet.log_pos)
                 size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
                 file = stream.log_file
@@ -224,6 +277,11 @@ def read_changes(
                         on_position(BinlogPosition(file, end), int(event.timestamp))
         finally:
             stream.close()
+
+
+def _cause(exc: BaseException) -> str:
+    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
+    return f"MySQL error {code}" if code is not None else type(exc).__name__
 
 
 def _shape_change(shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]], event: Any, file: str,

@@ -1,4 +1,9 @@
-"""Connections to the source: every connection binlake opens to the server is made here."""
+"""Connections to the source: every connection binlake opens to the server takes its settings here
+(metadata and chunk SELECTs through PyMySQL or mysqlclient, binlog reads through mysql-replication).
+
+Every connection has a read timeout (`source.read-timeout`): a connection whose peer vanished without
+closing it (a half-open TCP connection) fails after that many seconds instead of hanging forever.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,18 @@ import pymysql
 
 from binlake.errors import RuntimeFailure
 
+DEFAULT_READ_TIMEOUT = 60
+
+
+def settings(params: dict[str, Any]) -> dict[str, Any]:
+    """PyMySQL's connection arguments from binlake's connection parameters (`Config.connection`);
+    mysql-replication takes the same."""
+    return {
+        "host": params["host"], "port": int(params["port"]), "user": params["user"], "password": params["password"],
+        "connect_timeout": int(params.get("connect_timeout", 10)),
+        "read_timeout": int(params.get("read_timeout") or DEFAULT_READ_TIMEOUT),
+    }
+
 
 def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection:
     """A PyMySQL connection in UTC, autocommit, utf8mb4.
@@ -16,11 +33,8 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
     the binlog carries as a Unix time.
     """
     try:
-        conn = pymysql.connect(
-            host=params["host"], port=int(params["port"]), user=params["user"], password=params["password"],
-            connect_timeout=int(params.get("connect_timeout", 10)), autocommit=True, charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'", **kw,
-        )
+        conn = pymysql.connect(**settings(params), autocommit=True, charset="utf8mb4",
+                               init_command="SET time_zone = '+00:00'", **kw)
     except pymysql.err.OperationalError as exc:
         raise cannot_connect(params, exc) from None
     return conn
@@ -44,11 +58,8 @@ def bulk_connect(params: dict[str, Any]) -> Any:
     except ImportError:
         return connect(params)
     try:
-        return MySQLdb.connect(
-            host=params["host"], port=int(params["port"]), user=params["user"], password=params["password"],
-            connect_timeout=int(params.get("connect_timeout", 10)), autocommit=True, charset="utf8mb4",
-            init_command="SET time_zone = '+00:00'",
-        )
+        return MySQLdb.connect(**settings(params), autocommit=True, charset="utf8mb4",
+                               init_command="SET time_zone = '+00:00'")
     except MySQLdb.OperationalError as exc:
         raise cannot_connect(params, exc) from None
 
