@@ -163,9 +163,11 @@ def _created(cfg: Config, file: str) -> int:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import FormatDescriptionEvent
 
+    from binlake.source.connection import settings
+
     params = cfg.connection()
     stream = BinLogStreamReader(
-        connection_settings={k: params[k] for k in ("host", "port", "user", "password", "connect_timeout")},
+        connection_settings=settings(params),
         server_id=cfg.server_ids.pick(0), log_file=file, log_pos=4, resume_stream=True, blocking=False,
         only_events=[FormatDescriptionEvent], is_mariadb=False, enable_logging=False,
     )

@@ -30,7 +30,7 @@ from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
 from binlake.schema_changes import Guard
-from binlake.source.connection import bulk_connect, connect, select_rows
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, select_rows
 from binlake.source.dialect import Dialect
 from binlake.splits import Split
 
@@ -126,7 +126,8 @@ def read_chunk(
 def _low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: Split) -> BinlogPosition:
     """A position every transaction before which the next SELECT sees (the dialect's settle)."""
     lw = dialect.head(conn)
-    dialect.settle(conn, float(params.get("read_timeout") or 60))
+    # half the read timeout, so the server answers the wait before the socket gives up on it
+    dialect.settle(conn, float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT) / 2)
     log.info("split %s: low watermark %s", split.id, lw)
     return lw
 
