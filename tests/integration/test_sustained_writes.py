@@ -28,7 +28,7 @@ from .helpers import seq
 from .oracle import build_shim, shim_loaded
 from .workload import bronze_duplicates, run_cli
 
-ROWS = int(os.environ.get("BINLAKE_SUSTAINED_ROWS", "30000"))
+ROWS = int(os.environ.get("BINLAKE_SUSTAINED_ROWS", "15000"))
 WRITERS = 16
 RUNS = int(os.environ.get("BINLAKE_SOAK_RUNS", "1"))
 
