@@ -454,20 +454,13 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
 
 def check_position(ctx: Context) -> None:
     """Fail with PositionGoneError before streaming when the stored position's file is gone."""
-    from binlake.source.binlog_reader import purged_message
-    from binlake.source.dialect import purged
+    from binlake.source.binlog_reader import gone_error
     from binlake.spark.streaming import resume_position
 
     position = resume_position(ctx)
-    if position is None:
-        return
-    conn = connect(ctx.params)
-    try:
-        oldest = purged(conn, position)
-    finally:
-        conn.close()
-    if oldest is not None:
-        raise PositionGoneError(purged_message(position, oldest))
+    gone = None if position is None else gone_error(ctx.params, position)
+    if gone is not None:
+        raise gone
 
 
 def resnapshot(ctx: Context) -> None:

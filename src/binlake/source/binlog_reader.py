@@ -150,15 +150,21 @@ def _failure(exc: Exception, params: dict[str, Any], start: BinlogPosition, serv
     if "file size" in text or "impossible position" in text:
         return NotServedYet(f"the source refused to send its binlog from {start} (not yet synced)")
     # a 1236 is a purge only if the file is really gone: the same code covers other refusals
-    conn = connect(params)
-    try:
-        oldest = purged(conn, start)
-    finally:
-        conn.close()
-    if oldest is not None:
-        return PositionGoneError(purged_message(start, oldest))
+    gone = gone_error(params, start)
+    if gone is not None:
+        return gone
     message = " ".join(str(exc.args[-1] if exc.args else exc).split())
     return RuntimeFailure(f"the source refused to send its binlog from {start}: {message} (MySQL error 1236)")
+
+
+def gone_error(params: dict[str, Any], position: BinlogPosition) -> PositionGoneError | None:
+    """The error to raise when `position`'s binlog file is no longer on the server, else None."""
+    conn = connect(params)
+    try:
+        oldest = purged(conn, position)
+    finally:
+        conn.close()
+    return None if oldest is None else PositionGoneError(purged_message(position, oldest))
 
 
 def purged_message(position: BinlogPosition, oldest: str | None = None) -> str:
