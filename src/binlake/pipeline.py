@@ -350,7 +350,8 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
     spark = ctx.session()
     b = ctx.target.bronze(schema.name).location
     job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
-           "server_ids": ids, "dialect": ctx.dialect.to_dict()}
+           "server_ids": ids, "dialect": ctx.dialect.to_dict(),
+           "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
     df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
           .option("password", ctx.params["password"]).load())
     marks = bronze.append_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import pymysql
 
 from binlake.errors import RuntimeFailure
+from binlake.source.connection import DEFAULT_READ_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,8 @@ LOST_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1152, 1927})
 
 
 def is_connection_lost(exc: BaseException) -> bool:
-    if isinstance(exc, pymysql.err.OperationalError) and exc.args:
+    # PyMySQL's and mysqlclient's OperationalError are different classes with the same arguments
+    if type(exc).__name__ == "OperationalError" and exc.args and isinstance(exc.args[0], int):
         return exc.args[0] in LOST_CODES
     # a packet cut short by the server going away surfaces as a socket or decoding error
     return isinstance(exc, (ConnectionError, socket.timeout, struct.error, pymysql.err.InterfaceError, EOFError))
@@ -54,12 +56,16 @@ class Backoff:
             self._since, self._pause = now, self.first_pause
         waited = now - self._since
         if waited >= self.timeout:
-            code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else type(exc).__name__
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else type(exc).__name__
+            silent = ""
+            if timed_out(exc):
+                silent = (f", the server sending nothing for source.read-timeout="
+                          f"{self.params.get('read_timeout') or DEFAULT_READ_TIMEOUT}s")
             raise RuntimeFailure(
                 f"lost the source {self.params['host']}:{self.params['port']} while {doing} and could not reconnect "
-                f"within source.reconnect-timeout={self.timeout:g}s (last error {code}); binlake needs the server "
-                "back: start it or check the network, or raise source.reconnect-timeout, then run binlake again "
-                "(it resumes from the last committed position)"
+                f"within source.reconnect-timeout={self.timeout:g}s (last error {code}{silent}); binlake needs the "
+                "server back: start it or check the network, or raise source.reconnect-timeout, then run binlake "
+                "again (it resumes from the last committed position)"
             ) from None
         pause = min(self._pause, self.max_pause, self.timeout - waited)
         log.warning("source %s:%s unreachable while %s (%s); retrying in %.1fs", self.params["host"],
@@ -69,6 +75,11 @@ class Backoff:
 
     def reset(self) -> None:
         self._since = None
+
+
+def timed_out(exc: BaseException) -> bool:
+    """A read that got nothing within the read timeout: a stalled or half-open connection."""
+    return isinstance(exc, (socket.timeout, TimeoutError)) or "timed out" in " ".join(map(str, exc.args))
 
 
 def retrying(params: dict[str, Any], timeout: float, doing: str, call: Callable[[], T]) -> T:

@@ -43,6 +43,13 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
 def cannot_connect(params: dict[str, Any], exc: Exception) -> RuntimeFailure:
     """One line naming the settings to check; the server's message (which may quote input) stays out."""
     code = exc.args[0] if exc.args else "?"
+    if "timed out" in " ".join(map(str, exc.args)):  # a server, or a network path, that answers nothing
+        return RuntimeFailure(
+            f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}: no answer "
+            f"within source.connect-timeout={params.get('connect_timeout', 10)}s / source.read-timeout="
+            f"{params.get('read_timeout') or DEFAULT_READ_TIMEOUT}s); check that the server is up and the "
+            "network path to it passes data, or raise those timeouts"
+        )
     return RuntimeFailure(
         f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
         "check source.hostname, source.port, source.username and source.password"

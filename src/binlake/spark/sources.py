@@ -72,6 +72,7 @@ class SnapshotReader(DataSourceReader):
     def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
         import pyarrow as pa
 
+        from binlake.reconnect import retrying
         from binlake.schema import TableSchema
         from binlake.source.chunk_reader import read_chunk, select_chunk
         from binlake.source.dialect import Dialect
@@ -80,6 +81,7 @@ class SnapshotReader(DataSourceReader):
         job = json.loads(self.options["job"])
         params = _params(self.options)
         dialect = Dialect.from_dict(job["dialect"]) if job.get("dialect") else None
+        patience = float(job.get("reconnect_timeout", 0))
         schema = TableSchema.from_dict(job["schema"])
         names = schema.names
         fields = _meta_arrow() + [(f"_c{i}", pa.string()) for i in range(len(names))]
@@ -89,7 +91,9 @@ class SnapshotReader(DataSourceReader):
             if job.get("plain"):
                 columns, seq, file, pos = select_chunk(params, schema, split), None, None, None
             else:
-                result = read_chunk(params, schema, split, partition.server_id, dialect=dialect)
+                # a chunk read is idempotent: one cut off by a lost connection is read again whole
+                result = retrying(params, patience, f"reading chunk {split.id}",
+                                  lambda: read_chunk(params, schema, split, partition.server_id, dialect=dialect))
                 columns, seq, file, pos = result.columns, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
             for begin, end in _parts(columns, wide):
                 n = end - begin
