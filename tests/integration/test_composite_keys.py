@@ -3,7 +3,8 @@
 Planning must still cut chunks of about `chunk-size` rows (a split on the first column alone would
 be one chunk of 100k rows), and each boundary query and chunk SELECT must read about that many
 index entries: the expanded predicate `a > ? OR (a = ? AND (b > ? OR (b = ? AND c >= ?)))` has to
-be a range on the primary key, which `ANALYZE FORMAT=JSON` shows (rows actually read, `r_rows`).
+be a range on the primary key, which the executed plan shows (rows actually read: `r_rows` of
+MariaDB's `ANALYZE FORMAT=JSON`, `actual_rows` of MySQL's `EXPLAIN ANALYZE FORMAT=JSON`).
 Writers race the snapshot; silver must equal the source row by row.
 """
 
@@ -18,35 +19,46 @@ from typing import Any
 
 from binlake.chunking import boundary_query, range_predicate
 from binlake.schema import qualified
-from binlake.source.connection import connect as source_connect
 from binlake.source.catalog import load_schema
+from binlake.source.connection import connect as source_connect
+from binlake.source.dialect import Dialect
 from binlake.spark import state
 from binlake.target import Target
 
 from .capture import connect, run_once, silver, write_config
-from .helpers import params
+from .helpers import params, seq
 
 ROWS = 100_000
 CHUNK = 10_000
 
 
-def table_access(plan: Any) -> dict[str, Any]:
-    """The one table access of an `ANALYZE FORMAT=JSON` plan, wherever the server nests it
-    (`query_block.nested_loop[0].table` on MariaDB 10.11)."""
+def table_access(plan: Any, is_access: Any) -> dict[str, Any]:
+    """The one table access of an executed plan, wherever the server nests it."""
     if isinstance(plan, dict):
-        if isinstance(plan.get("table"), dict) and "access_type" in plan["table"]:
-            return plan["table"]  # type: ignore[no-any-return]
+        if is_access(plan):
+            return plan
         plan = list(plan.values())
     for v in plan if isinstance(plan, list) else []:
-        found = table_access(v)
+        found = table_access(v, is_access)
         if found:
             return found
     return {}
 
 
-def analyze(cur: Any, sql: str, args: list[Any]) -> dict[str, Any]:
-    cur.execute("ANALYZE FORMAT=JSON " + sql, args)
-    return table_access(json.loads(cur.fetchone()[0]))
+def analyze(cur: Any, dialect: Dialect, sql: str, args: list[Any]) -> dict[str, Any]:
+    """The statement's table access as MariaDB's `ANALYZE FORMAT=JSON` names it (`key`, `access_type`,
+    `r_rows`); MySQL's `EXPLAIN ANALYZE FORMAT=JSON` (version 2) is mapped to those names."""
+    if dialect.is_mariadb:  # query_block.nested_loop[0].table on MariaDB 10.11
+        cur.execute("ANALYZE FORMAT=JSON " + sql, args)
+        return table_access(json.loads(cur.fetchone()[0]),
+                            lambda d: isinstance(d.get("table"), dict) and "access_type" in d["table"])["table"]
+    cur.execute("SET SESSION explain_json_format_version = 2")
+    cur.execute("EXPLAIN ANALYZE FORMAT=JSON " + sql, args)
+    node = table_access(json.loads(cur.fetchone()[0]), lambda d: "index_access_type" in d)
+    access = {"index_range_scan": "range", "index_scan": "index"}.get(node["index_access_type"],
+                                                                      node["index_access_type"])
+    return {"key": node.get("index_name"), "access_type": access,
+            "r_rows": node["actual_rows"] * node["actual_loops"], "plan": node}
 
 
 class Racer(threading.Thread):
@@ -80,7 +92,7 @@ def test_one_value_first_column_keeps_chunks_bounded(dev_db, database, spark, tm
         cur.execute("CREATE TABLE ck (a TINYINT NOT NULL, b VARCHAR(12) COLLATE utf8mb4_general_ci NOT NULL, "
                     "c DATETIME(6) NOT NULL, v INT, PRIMARY KEY (a, b, c)) CHARACTER SET utf8mb4")
         cur.execute(f"INSERT INTO ck SELECT 1, CONCAT(IF(seq % 2, 'k', 'K'), LPAD(seq % 1000, 4, '0')), "
-                    f"'2024-01-01' + INTERVAL seq * 1001 MICROSECOND, seq FROM seq_1_to_{ROWS}")
+                    f"'2024-01-01' + INTERVAL seq * 1001 MICROSECOND, seq FROM {seq(1, ROWS)}")
         cur.execute("ANALYZE TABLE ck")
     name = f"{database}.ck"
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.ck"], tmp_path / "lake", "6160-6164",
@@ -105,14 +117,14 @@ def test_one_value_first_column_keeps_chunks_bounded(dev_db, database, spark, tm
 
     conn = source_connect(params(dev_db))
     try:
-        schema = load_schema(conn, database, "ck")
+        schema, dialect = load_schema(conn, database, "ck"), Dialect.of(conn)
         with conn.cursor() as cur:
             for s in splits:
-                plan = analyze(cur, *boundary_query(schema, s.start, CHUNK))
+                plan = analyze(cur, dialect, *boundary_query(schema, s.start, CHUNK))
                 assert plan["key"] == "PRIMARY" and plan["access_type"] in ("range", "index"), plan
                 assert plan["r_rows"] <= CHUNK + 1, f"boundary query after chunk {s.index} read {plan['r_rows']} rows"
                 where, args = range_predicate(schema, s.start, s.end)
-                plan = analyze(cur, f"SELECT * FROM {qualified(database, 'ck')} WHERE {where}", args)
+                plan = analyze(cur, dialect, f"SELECT * FROM {qualified(database, 'ck')} WHERE {where}", args)
                 assert plan["key"] == "PRIMARY" and plan["access_type"] == "range", plan
                 assert plan["r_rows"] <= CHUNK + 200, f"chunk {s.index} SELECT read {plan['r_rows']} rows"
     finally:

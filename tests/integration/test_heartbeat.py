@@ -11,12 +11,14 @@ from pathlib import Path
 from pyspark.sql.streaming import StreamingQueryListener
 
 from binlake.config import load
-from binlake.pipeline import Context, run
 from binlake.offsets import BinlogPosition
+from binlake.pipeline import Context, run
+from binlake.source.dialect import binlog_head
 from binlake.spark.streaming import PROGRESS_METRICS, committed_offset, resume_position
 from binlake.status import status
 from binlake.target import Target
 
+from .helpers import seq
 from .test_purged import purge_up_to_now
 from .workload import create_table, silver_rows, source_rows, write_config
 
@@ -56,11 +58,10 @@ def test_idle_table_position_advances_past_purged_files(dev_db, database, spark,
 
     with dev_db.connect(database) as conn, conn.cursor() as cur:
         for i in range(3):
-            cur.execute(f"INSERT INTO churn SELECT seq + {i * 1000}, seq FROM seq_1_to_200")
+            cur.execute(f"INSERT INTO churn SELECT seq + {i * 1000}, seq FROM {seq(1, 200)}")
             cur.execute("FLUSH BINARY LOGS")
         cur.execute("UPDATE churn SET v = v + 1")
-        cur.execute("SHOW MASTER STATUS")
-        head_file = cur.fetchone()[0]
+        head_file = binlog_head(conn).file
     listener = Progress()
     spark.streams.addListener(listener)
     try:

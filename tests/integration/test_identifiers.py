@@ -9,6 +9,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from .capture import connect, run_once, silver, write_config
+from .helpers import seq
 
 COLUMNS = ["select", "two words", "ünï", "a`b", "group"]
 
@@ -29,7 +30,7 @@ def test_odd_identifiers_end_to_end(dev_db, database, spark, tmp_path: Path) -> 
                 f"{q('ünï')} INT, {q('a`b')} VARCHAR(5), {q('group')} DATE) CHARACTER SET utf8mb4"
             )
             cur.execute(f"INSERT INTO {q(db)}.{q(table)} SELECT seq, CONCAT('w ', seq), seq * 3, 'x', "
-                        f"'2024-01-01' + INTERVAL seq DAY FROM {q(db)}.seq_1_to_60")
+                        f"'2024-01-01' + INTERVAL seq DAY FROM {seq(1, 60)}")
             name = f"{db}.{table}"
             cfg_path = write_config(tmp_path / "binlake.yml", port, [re.escape(name)], tmp_path / "lake", "6130-6134",
                                     chunk_size=10, group_size=3)

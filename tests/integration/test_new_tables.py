@@ -23,7 +23,7 @@ from binlake.spark.streaming import committed_offset
 from binlake.target import Target
 
 from .capture import run_once, silver, write_config
-from .helpers import execute, fetch
+from .helpers import execute, fetch, seq
 from .test_reconnect import caught_up, running, stop_cleanly, wait_for
 
 
@@ -68,8 +68,8 @@ def lake_rows(spark: Any, cfg: Any, name: str) -> list[tuple[Any, ...]]:
 
 def test_a_table_created_while_streaming_and_one_added_to_the_config(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
-    execute(dev_db, database, "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)", "INSERT INTO t1 SELECT seq, seq FROM seq_1_to_40",
-            "CREATE TABLE extra (id INT PRIMARY KEY, v INT)", "INSERT INTO extra SELECT seq, seq FROM seq_1_to_30")
+    execute(dev_db, database, "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)", f"INSERT INTO t1 SELECT seq, seq FROM {seq(1, 40)}",
+            "CREATE TABLE extra (id INT PRIMARY KEY, v INT)", f"INSERT INTO extra SELECT seq, seq FROM {seq(1, 30)}")
     lake = tmp_path / "lake"
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.(t1|n_.*)"], lake, "6170-6174",
                             chunk_size=10, group_size=2)
@@ -82,7 +82,7 @@ def test_a_table_created_while_streaming_and_one_added_to_the_config(dev_db, dat
         wait_for("a micro-batch of the running stream", lambda: committed_offset(target.checkpoint) != before, run)
         # created while the stream runs, written to before and while it is snapshotted
         execute(dev_db, database, "CREATE TABLE n_1 (id INT PRIMARY KEY, v INT)",
-                "INSERT INTO n_1 SELECT seq, seq FROM seq_1_to_200", "UPDATE t1 SET v = -2 WHERE id = 2")
+                f"INSERT INTO n_1 SELECT seq, seq FROM {seq(1, 200)}", "UPDATE t1 SET v = -2 WHERE id = 2")
         writer = TableWriter(port, database, "n_1")
         writer.start()
         try:

@@ -18,7 +18,7 @@ from binlake.splits import Split
 from binlake.verify import verify
 
 from .capture import connect, run_once, silver, write_config
-from .helpers import execute, params
+from .helpers import execute, params, seq
 from .workload import run_cli
 
 
@@ -37,7 +37,7 @@ def test_unique_not_null_chunk_key(dev_db, database, spark, tmp_path: Path) -> N
     port = dev_db.running_port()
     with connect(port, database) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE u (code VARCHAR(12) NOT NULL, v INT, UNIQUE KEY (code)) CHARACTER SET utf8mb4")
-        cur.execute("INSERT INTO u SELECT CONCAT('c', seq), seq FROM seq_1_to_200")
+        cur.execute(f"INSERT INTO u SELECT CONCAT('c', seq), seq FROM {seq(1, 200)}")
     name = f"{database}.u"
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.u"], tmp_path / "lake", "6120-6124",
                             chunk_size=25, group_size=4, chunk_keys={name: ["code"]})
@@ -112,7 +112,7 @@ def test_non_unique_chunk_key_keeps_identical_rows(dev_db, database, spark, tmp_
     with connect(port, database) as conn, conn.cursor() as cur:
         cur.execute("CREATE TABLE dup (g INT NOT NULL, s VARCHAR(10), v INT, KEY (g)) CHARACTER SET utf8mb4")
         # 40 chunk-key values x 3 images x 3 identical rows, and NULLs in the other columns
-        cur.execute("INSERT INTO dup SELECT seq % 40, CONCAT('s', seq % 3), seq % 3 FROM seq_0_to_359")
+        cur.execute(f"INSERT INTO dup SELECT seq % 40, CONCAT('s', seq % 3), seq % 3 FROM {seq(0, 359)}")
         cur.execute("INSERT INTO dup VALUES (7, NULL, NULL), (7, NULL, NULL)")
     name = f"{database}.dup"
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.dup"], tmp_path / "lake", "6150-6154",

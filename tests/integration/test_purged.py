@@ -10,10 +10,12 @@ from pathlib import Path
 from binlake.cli import main
 from binlake.config import load
 from binlake.pipeline import Context, run
+from binlake.source.dialect import binlog_head
 from binlake.spark import state
 from binlake.spark.streaming import committed_offset, resume_position
 from binlake.target import Target
 
+from .helpers import seq
 from .workload import Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config
 
 
@@ -25,8 +27,7 @@ def purge_up_to_now(conn, rotate: bool = True) -> tuple[str, str]:  # type: igno
         oldest = cur.fetchall()[0][0]
         if rotate:
             cur.execute("FLUSH BINARY LOGS")
-        cur.execute("SHOW MASTER STATUS")
-        current = cur.fetchone()[0]
+        current = binlog_head(conn).file
         # MariaDB keeps a file until its binlog checkpoint is written (in the background after the
         # rotation); PURGE skips it until then
         deadline = time.monotonic() + 30
@@ -58,7 +59,7 @@ def test_purged_position_fails_then_resnapshots(dev_db, database, spark, tmp_pat
     with dev_db.connect(database) as conn, conn.cursor() as cur:
         cur.execute("DELETE FROM t WHERE id <= 50")
         cur.execute("UPDATE t SET v = 'lost' WHERE id BETWEEN 51 AND 80")
-        cur.execute("INSERT INTO t SELECT seq + 100000, 1, 'gap', 1, NOW(6), NULL FROM seq_1_to_30")
+        cur.execute(f"INSERT INTO t SELECT seq + 100000, 1, 'gap', 1, NOW(6), NULL FROM {seq(1, 30)}")
         purge_up_to_now(conn)
 
     capsys.readouterr()

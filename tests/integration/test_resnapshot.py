@@ -11,7 +11,7 @@ from binlake import pipeline
 from binlake.cli import main
 
 from .capture import run_once, silver, write_config
-from .helpers import execute
+from .helpers import execute, seq
 from .test_schema_evolution import data_columns, lake_table, source_table
 
 
@@ -19,7 +19,7 @@ def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, data
                                                                     monkeypatch) -> None:  # type: ignore[no-untyped-def]
     for t in ("a", "b"):
         execute(dev_db, database, f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, gone INT)",
-                f"INSERT INTO {t} SELECT seq, seq, seq FROM seq_1_to_60")
+                f"INSERT INTO {t} SELECT seq, seq, seq FROM {seq(1, 60)}")
     read_group = pipeline.read_group
     groups: dict[str, int] = {}
 
@@ -47,7 +47,7 @@ def test_a_type_silver_cannot_widen_to_is_snapshotted_again_and_binlake_resnapsh
     port = dev_db.running_port()
     for t in ("ev", "other"):
         execute(dev_db, database, f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)",
-                f"INSERT INTO {t} SELECT seq, seq FROM seq_1_to_30")
+                f"INSERT INTO {t} SELECT seq, seq FROM {seq(1, 30)}")
     cfg_path = write_config(tmp_path / "ev.yml", port, [f"{database}\\.(ev|other)"], tmp_path / "lake", "6355-6359",
                             chunk_size=20, group_size=2)
     cfg = run_once(cfg_path)

@@ -1,21 +1,25 @@
 """Schema changes of captured tables under stream.schema-changes: fail: the pipeline stops with the
 truth before writing any row under the wrong columns, and lets harmless DDL (an index, a table it does
-not capture) pass. A chunk read stops at any change between its watermarks."""
+not capture) pass. A chunk read stops at any change between its watermarks; on MariaDB none can land
+there."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from binlake.source.chunk_reader import Hooks, read_chunk
 from binlake.errors import RuntimeFailure, SchemaChangedError
-from binlake.source.connection import connect as source_connect
 from binlake.source.catalog import load_schema
+from binlake.source.connection import connect as source_connect
+from binlake.source.dialect import Dialect, binlog_head
 from binlake.splits import Split
 
 from .capture import connect, run_once, silver, with_stream, write_config
-from .helpers import execute, params
+from .helpers import execute, fetch, params, seq
 
 
 def _rows(port: int, database: str) -> list[tuple[int, int]]:
@@ -29,7 +33,7 @@ def test_stream_stops_at_a_change_it_cannot_apply_and_passes_harmless_ddl(dev_db
     port = dev_db.running_port()
     name = f"{database}.t"
     execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "CREATE TABLE other (id INT PRIMARY KEY)",
-            "INSERT INTO t SELECT seq, seq FROM seq_1_to_50")
+            f"INSERT INTO t SELECT seq, seq FROM {seq(1, 50)}")
     cfg_path = with_stream(write_config(tmp_path / "binlake.yml", port, [f"{database}\\.t"], tmp_path / "lake",
                                         "6310-6314", chunk_size=20, group_size=4), schema_changes="fail")
     cfg = run_once(cfg_path)
@@ -57,7 +61,7 @@ def test_stream_stops_at_a_change_it_cannot_apply_and_passes_harmless_ddl(dev_db
 def test_a_change_undone_before_the_stream_reads_it_is_still_caught_by_the_row_events(
         dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
-    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_30")
+    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", f"INSERT INTO t SELECT seq, seq FROM {seq(1, 30)}")
     cfg_path = with_stream(write_config(tmp_path / "binlake.yml", port, [f"{database}\\.t"], tmp_path / "lake",
                                         "6315-6319", chunk_size=20, group_size=4), schema_changes="fail")
     cfg = run_once(cfg_path)
@@ -74,10 +78,25 @@ def test_a_change_undone_before_the_stream_reads_it_is_still_caught_by_the_row_e
 
 
 def test_truncate_between_the_watermarks_of_a_chunk_stops_the_chunk_read(dev_db, database) -> None:  # type: ignore[no-untyped-def]
-    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_30")
+    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", f"INSERT INTO t SELECT seq, seq FROM {seq(1, 30)}")
     p = params(dev_db)
-    schema = load_schema(source_connect(p), database, "t")
+    conn = source_connect(p)
+    schema, dialect = load_schema(conn, database, "t"), Dialect.of(conn)
     split = Split(f"{database}.t", 0, 0, None, None)
+    if dialect.snapshot_method == "consistent-snapshot":
+        # MariaDB reads the chunk in one consistent-snapshot transaction (LW = HW): a TRUNCATE waits
+        # for the table's metadata lock until the read ends, so it lands after the chunk's HW, where
+        # the stream meets it. (Run in the hook's own thread, it would wait for itself.)
+        truncate = threading.Thread(target=execute, args=(dev_db, database, "TRUNCATE t"))
+        result = read_chunk(p, schema, split, server_id=6309,
+                            hooks=Hooks(after_select=lambda: (truncate.start(), time.sleep(1))))
+        truncate.join(timeout=60)
+        assert result.lw == result.hw and len(result.rows) == 30
+        assert fetch(dev_db, database, "SELECT COUNT(*) FROM t") == [(0,)]
+        assert binlog_head(conn) > result.hw
+        conn.close()
+        return
+    conn.close()
     hooks = Hooks(after_select=lambda: execute(dev_db, database, "TRUNCATE t", "INSERT INTO t VALUES (1, 1)"))
     with pytest.raises(SchemaChangedError, match="TRUNCATE TABLE emptied it"):
         read_chunk(p, schema, split, server_id=6309, hooks=hooks)

@@ -17,7 +17,7 @@ from binlake.errors import SchemaChangedError
 from binlake.target import Target
 
 from .capture import run_once, silver, with_stream, write_config
-from .helpers import execute
+from .helpers import execute, seq
 from .test_new_tables import TableWriter
 from .test_reconnect import caught_up, running, stop_cleanly, wait_for
 from .workload import bronze_duplicates
@@ -54,8 +54,8 @@ def test_lenient_keeps_what_evolve_drops_ignore_keeps_silver_as_it_was_and_trunc
     tables = ("le", "ig")
     for t in tables:
         execute(dev_db, database, f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, s VARCHAR(10))",
-                f"INSERT INTO {t} SELECT seq, seq, CONCAT('s', seq) FROM seq_1_to_30")
-    execute(dev_db, database, "CREATE TABLE tr (id INT PRIMARY KEY, v INT)", "INSERT INTO tr SELECT seq, seq FROM seq_1_to_30")
+                f"INSERT INTO {t} SELECT seq, seq, CONCAT('s', seq) FROM {seq(1, 30)}")
+    execute(dev_db, database, "CREATE TABLE tr (id INT PRIMARY KEY, v INT)", f"INSERT INTO tr SELECT seq, seq FROM {seq(1, 30)}")
     cfgs = {}
     for i, (t, pattern) in enumerate((("le", "(le|tr)"), ("ig", "ig"))):
         cfg_path = with_stream(write_config(tmp_path / f"{t}.yml", port, [f"{database}\\.{pattern}"],
@@ -110,7 +110,7 @@ def test_columns_change_while_a_continuous_run_streams_through_a_crash(dev_db, d
     port = dev_db.running_port()
     name = f"{database}.t"
     execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v INT, s VARCHAR(10), gone INT)",
-            "INSERT INTO t SELECT seq, seq, CONCAT('s', seq), seq FROM seq_1_to_300")
+            f"INSERT INTO t SELECT seq, seq, CONCAT('s', seq), seq FROM {seq(1, 300)}")
     lake = tmp_path / "lake"
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.t"], lake, "6340-6344", chunk_size=50,
                             group_size=2)

@@ -20,7 +20,7 @@ from binlake.source.dialect import binlog_head, registered_replicas
 from binlake.validation import check
 
 from .capture import write_config
-from .helpers import execute, params
+from .helpers import execute, params, seq
 from .workload import run_cli
 
 
@@ -104,7 +104,7 @@ def _replicas(dev_db: Any) -> list[tuple[int, str]]:
 
 def test_a_reader_whose_id_is_taken_over_mid_read_fails_naming_the_setting(dev_db, database, head) -> None:  # type: ignore[no-untyped-def]
     execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))",
-            *[f"INSERT INTO t SELECT seq, REPEAT('x', 200) FROM seq_{i * 20_000 + 1}_to_{(i + 1) * 20_000}"
+            *[f"INSERT INTO t SELECT seq, REPEAT('x', 200) FROM {seq(i * 20_000 + 1, (i + 1) * 20_000)}"
               for i in range(5)])
     with dev_db.connect() as conn:
         stop = binlog_head(conn)

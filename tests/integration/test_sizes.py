@@ -15,6 +15,7 @@ from binlake.pipeline import plan, run, snapshot
 from binlake.spark import state
 from binlake.target import Target
 
+from .helpers import seq
 from .workload import TailInserter, Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 
 
@@ -101,7 +102,7 @@ def test_open_last_chunk_growing_during_the_snapshot_is_read_in_pieces(dev_db, d
                          autocommit=True) as conn, conn.cursor() as cur:
         # the open last chunk grows to 16x chunk-size before the snapshot starts ...
         cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('late-', seq), seq / 7, NOW(6), NULL "
-                    f"FROM seq_{rows + 1}_to_{rows + 3000}")
+                    f"FROM {seq(rows + 1, rows + 3000)}")
     inserter = TailInserter(port, database, rows + 3001)
     inserter.start()  # ... and keeps growing while it runs
     try:

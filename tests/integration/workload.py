@@ -13,6 +13,8 @@ from typing import Any
 
 import pymysql
 
+from .helpers import seq
+
 ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = [sys.executable, "-m", "binlake"]
 # A CLI run in a test lives for a minute at most: the client compiler alone starts it with much less CPU
@@ -29,7 +31,7 @@ def create_table(port: int, database: str, rows: int) -> None:
                          autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(TABLE_DDL)
         cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('row-', seq), seq / 7, "
-                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND, IF(seq % 5 = 0, NULL, 'n') FROM seq_1_to_{rows}")
+                    f"'2024-01-01 00:00:00' + INTERVAL seq SECOND, IF(seq % 5 = 0, NULL, 'n') FROM {seq(1, rows)}")
 
 
 def write_config(path: Path, port: int, database: str, lake: Path, chunk_size: int, group_size: int,
@@ -120,7 +122,7 @@ class TailInserter(threading.Thread):
                              autocommit=True) as conn, conn.cursor() as cur:
             while not self.stop_flag.is_set():
                 cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('tail-', seq), seq / 7, NOW(6), 'tail' "
-                            f"FROM seq_{self.next}_to_{self.next + self.per_step - 1}")
+                            f"FROM {seq(self.next, self.next + self.per_step - 1)}")
                 self.next += self.per_step
                 self.inserted += self.per_step
                 time.sleep(self.pause)
