@@ -1,4 +1,4 @@
-.PHONY: setup test unit demo bench clean dev-db-stop
+.PHONY: setup test unit demo bench soak clean dev-db-stop
 
 setup:
 	@bash scripts/setup.sh
@@ -14,6 +14,11 @@ demo: setup
 
 bench: setup
 	.venv/bin/python bench/run.py
+
+# the chunk oracle's long form and its mutation runs; each run prints its counts
+soak: setup
+	BINLAKE_ORACLE_READS=$${BINLAKE_ORACLE_READS:-20000} BINLAKE_ORACLE_MUTATIONS=1 \
+		.venv/bin/python -m pytest -q -s tests/integration/test_chunk_oracle.py
 
 dev-db-stop:
 	-.venv/bin/binlake dev-db stop

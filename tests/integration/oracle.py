@@ -15,6 +15,7 @@ is wide, and 16+ writer threads hammer a few hundred hot keys while the reads ru
 
 from __future__ import annotations
 
+import itertools
 import random
 import subprocess
 import threading
@@ -49,7 +50,7 @@ def build_shim(directory: Path) -> Path:
     """The fsync-delaying shared object, compiled from `fsync_delay.c` with the system compiler."""
     out = directory / "fsync_delay.so"
     done = subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(out), str(SHIM_SOURCE), "-ldl"],
-                          capture_output=True, text=True)
+                          check=False, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"cc could not build {SHIM_SOURCE.name}: {done.stderr.strip()[-400:]}")
     return out
@@ -64,7 +65,7 @@ def shim_loaded(pid: int, shim: Path) -> bool:
 def splits(database: str) -> list[Split]:
     table = f"{database}.{TABLE}"
     return [Split(table, 0, i, None if lo is None else (str(lo),), None if hi is None else (str(hi),))
-            for i, (lo, hi) in enumerate(zip(BOUNDS, BOUNDS[1:]))]
+            for i, (lo, hi) in enumerate(itertools.pairwise(BOUNDS))]
 
 
 def _bound(b: tuple[str, ...] | None) -> int | None:
@@ -73,8 +74,8 @@ def _bound(b: tuple[str, ...] | None) -> int | None:
 
 @dataclass(frozen=True)
 class Observed:
-    """What one chunk read claimed: the chunk `[start, end)` holds `rows` at `hw` (rows compact,
-    as "id\\tn\\ts" lines, because a soak keeps tens of thousands of them)."""
+    """What one chunk read claimed: the chunk `[start, end)` holds these rows at `hw`. The rows are
+    `packed` as "id\\tn\\ts" lines, because a soak keeps tens of thousands of reads."""
 
     start: int | None
     end: int | None
@@ -141,8 +142,8 @@ class Writers:
 
     def _work(self, n: int) -> None:
         rnd = random.Random(n)
-        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
-                               autocommit=True)
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
+                               database=self.database, autocommit=True)
         commits = conflicts = 0
         try:
             with conn.cursor() as cur:
@@ -183,13 +184,14 @@ class Writers:
         elif p < 0.88:
             cur.execute(f"DELETE FROM {TABLE} WHERE id = %s", (any_key(),))
         elif p < 0.93:
-            cur.execute(f"UPDATE IGNORE {TABLE} SET id = %s, s = %s WHERE id = %s", (any_key(), tag, any_key()))
+            cur.execute(f"UPDATE IGNORE {TABLE} SET id = %s, s = %s WHERE id = %s",
+                        (any_key(), tag, any_key()))
         else:
             a, b = sorted((hot(), hot()))  # key order, so two of these never deadlock each other
             cur.execute("BEGIN")
             cur.execute(f"UPDATE {TABLE} SET n = n - 1, s = %s WHERE id = %s", (tag, a))
-            cur.execute(f"INSERT INTO {TABLE} (id, n, s) VALUES (%s, 0, %s) ON DUPLICATE KEY UPDATE n = n + 7",
-                        (b, tag))
+            cur.execute(f"INSERT INTO {TABLE} (id, n, s) VALUES (%s, 0, %s) "
+                        "ON DUPLICATE KEY UPDATE n = n + 7", (b, tag))
             cur.execute("COMMIT")
 
 
@@ -205,8 +207,8 @@ class Reads:
     seconds: float = 0.0
 
 
-def read_chunks(read: ReadChunk, params: dict[str, Any], schema: TableSchema, chunks: list[Split], target: int,
-                server_ids: list[int], deadline: float) -> Reads:
+def read_chunks(read: ReadChunk, params: dict[str, Any], schema: TableSchema, chunks: list[Split],
+                target: int, server_ids: list[int], deadline: float) -> Reads:
     """Call `read` on the chunks round robin from one thread per server id (each its own binlog
     replica id) until `target` reads finished or `deadline` (monotonic) passed. A read that raises
     is recorded and the loop goes on, as a failed chunk is simply read again."""
@@ -242,11 +244,17 @@ def read_chunks(read: ReadChunk, params: dict[str, Any], schema: TableSchema, ch
 
 @dataclass(frozen=True)
 class Change:
-    """One row of a row event: at `at` (start of its event), `before` leaves and `after` arrives."""
+    """One row of a row event: at `at` (start of its event, in `file`), `before` leaves and `after`
+    arrives."""
 
+    file: str
     at: Key
     before: int | None
     after: tuple[int, Row] | None
+
+    @property
+    def position(self) -> BinlogPosition:
+        return BinlogPosition(self.file, self.at[1])
 
 
 def replay(params: dict[str, Any], database: str, start: BinlogPosition, stop: BinlogPosition,
@@ -265,18 +273,19 @@ def replay(params: dict[str, Any], database: str, start: BinlogPosition, stop: B
     try:
         for event in stream:
             begin = int(event.packet.log_pos) - int(event.packet.event_size)
-            at = (file_index(stream.log_file), begin)
+            file = stream.log_file
+            at = (file_index(file), begin)
             if at >= stop.key:
                 return
             if event.schema != database or event.table != TABLE:
                 continue
             for row in event.rows:
                 if isinstance(event, WriteRowsEvent):
-                    yield Change(at, None, _image(row["values"]))
+                    yield Change(file, at, None, _image(row["values"]))
                 elif isinstance(event, UpdateRowsEvent):
-                    yield Change(at, int(row["before_values"]["id"]), _image(row["after_values"]))
+                    yield Change(file, at, int(row["before_values"]["id"]), _image(row["after_values"]))
                 else:
-                    yield Change(at, int(row["values"]["id"]), None)
+                    yield Change(file, at, int(row["values"]["id"]), None)
         # a non-blocking dump ends at the synced end of the binlog: it must not stop short of `stop`
         end = BinlogPosition(stream.log_file, int(stream.log_pos or 0))
     finally:
@@ -295,6 +304,14 @@ class Difference:
     key: int
     chunk: Row | None  # None: the key is absent from the chunk
     truth: Row | None  # None: the key is absent at HW
+    changed: BinlogPosition | None  # the last change of the key before HW (None: never changed)
+
+    def when(self, lw: BinlogPosition, hw: BinlogPosition) -> str:
+        """Where the key's last change lies: before LW points at the SELECT or the settle, between LW
+        and HW at the fold."""
+        if self.changed is None:
+            return "never changed"
+        return f"last changed at {self.changed} ({'before LW' if self.changed < lw else 'between LW and HW'})"
 
 
 @dataclass
@@ -316,18 +333,19 @@ class Report:
     conflicts: int
 
     def __str__(self) -> str:
-        lines = [
+        lines = [(
             f"chunk oracle on {self.server}: {self.chunks} chunks read in {self.read_seconds:.0f}s "
             f"({self.chunks / max(self.read_seconds, 1e-9):.1f}/s), {len(self.mismatched)} mismatched, "
             f"{len(self.failures)} reads failed, {self.folded} folded; writers committed {self.commits} "
             f"({self.conflicts} deadlocks/lock waits); {self.events} row changes replayed"
-        ]
+        )]
         for m in self.mismatched[:5]:
             o = m.observed
             lines.append(f"  chunk [{o.start}, {o.end}) lw={o.lw} hw={o.hw} folded={o.folded}: "
                          f"{len(m.differences)} keys differ")
             for d in m.differences[:5]:
-                lines.append(f"    id={d.key}: chunk {_show(d.chunk)}, binlog at hw {_show(d.truth)}")
+                lines.append(f"    id={d.key}: chunk {_show(d.chunk)}, binlog at hw {_show(d.truth)}, "
+                             f"{d.when(o.lw, o.hw)}")
         for f in self.failures[:3]:
             lines.append(f"  failed read: {f}")
         return "\n".join(lines)
@@ -342,6 +360,7 @@ def check(observed: list[Observed], changes: Iterator[Change]) -> tuple[list[Mis
     read's HW, then compare the read with the replayed rows of its range. Returns the mismatches
     and the number of changes applied."""
     state: dict[int, Row] = {}
+    changed: dict[int, Change] = {}  # each key's last change so far
     applied = 0
     pending: Change | None = next(changes, None)
     mismatched: list[Mismatch] = []
@@ -349,15 +368,19 @@ def check(observed: list[Observed], changes: Iterator[Change]) -> tuple[list[Mis
         while pending is not None and pending.at < o.hw.key:
             if pending.before is not None:
                 state.pop(pending.before, None)
+                changed[pending.before] = pending
             if pending.after is not None:
                 state[pending.after[0]] = pending.after[1]
+                changed[pending.after[0]] = pending
             applied += 1
             pending = next(changes, None)
         got = o.rows()
         truth = {k: v for k, v in state.items() if o.contains(k)}
         if got != truth:
             keys = sorted(k for k in got.keys() | truth.keys() if got.get(k) != truth.get(k))
-            mismatched.append(Mismatch(o, [Difference(k, got.get(k), truth.get(k)) for k in keys]))
+            last = {k: changed[k].position for k in keys if k in changed}
+            mismatched.append(Mismatch(o, [Difference(k, got.get(k), truth.get(k), last.get(k))
+                                           for k in keys]))
     for _ in changes:  # drain, so the stream's own end check runs
         applied += 1
     return mismatched, applied

@@ -1,10 +1,10 @@
 """The chunk oracle (see `oracle.py`): every chunk `read_chunk` emits under 16 writers on hot keys and
 a slowed fsync equals the binlog replayed independently up to the chunk's HW.
 
-`test_every_chunk_equals_the_binlog_at_its_hw` is the CI form: BINLAKE_ORACLE_READS reads per
-server (2000 unless set; `make soak` sets 20000). The mutation tests prove the oracle can fail: each
-breaks one step of the read by monkeypatching the chunk reader and expects mismatches. They take a
-few minutes, so they run only with BINLAKE_ORACLE_MUTATIONS=1 (`make soak` sets it), with
+`test_every_chunk_equals_the_binlog_at_its_hw` is the CI form: BINLAKE_ORACLE_READS reads per server
+(CI_READS when unset; `make soak` sets 20000). The mutation tests prove the oracle can fail: each
+breaks one step of the read by monkeypatching the chunk reader and expects mismatches. They take
+minutes, so they run only with BINLAKE_ORACLE_MUTATIONS=1 (`make soak` sets it), with
 BINLAKE_ORACLE_MUTATION_READS reads each (400 unless set).
 """
 
@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,14 +31,24 @@ from ..conftest import SERVERS
 from . import oracle
 from .helpers import params
 
-READS = int(os.environ.get("BINLAKE_ORACLE_READS") or 2000)
+# Reads per server in the CI form. A MySQL read costs several times a MariaDB one (its fold opens a
+# binlog dump; a MariaDB read is one consistent-snapshot SELECT): about 6 reads/s against 30 here, so
+# MySQL does 1000 (about 3 minutes) and MariaDB 2000 (about 1) unless BINLAKE_ORACLE_READS says.
+CI_READS: dict[str, int] = {"mariadb": 2000, "mysql": 1000}
 MUTATION_READS = int(os.environ.get("BINLAKE_ORACLE_MUTATION_READS") or 400)
-# a read phase that has not reached its count by then reports what it has (and fails)
-READ_BUDGET = float(os.environ.get("BINLAKE_ORACLE_BUDGET_S") or 900)
 WRITERS = 16
 READER_IDS = [5401, 5402]  # one binlog replica id per reader thread (the fold opens a binlog dump)
 REPLAY_ID = 5499
 
+
+def read_budget(reads: int) -> float:
+    """Seconds a read phase may take before it stops and reports what it has (and fails): generous,
+    as other test sessions may share the machine."""
+    return float(os.environ.get("BINLAKE_ORACLE_BUDGET_S") or 600 + 0.5 * reads)
+
+
+# mysql-replication's own, once per binlog dump the fold opens
+pytestmark = pytest.mark.filterwarnings("ignore:'db' is deprecated:DeprecationWarning")
 mutation = pytest.mark.skipif(not os.environ.get("BINLAKE_ORACLE_MUTATIONS"),
                               reason="mutation runs take minutes: set BINLAKE_ORACLE_MUTATIONS=1 (make soak)")
 
@@ -92,7 +101,7 @@ def run_oracle(source: Source, reads: int) -> oracle.Report:
     with oracle.Writers(port, source.database, threads=WRITERS) as writers:
         time.sleep(1.0)  # the table starts empty: let the writers fill it first
         done = oracle.read_chunks(chunk_reader.read_chunk, source.params, source.schema, chunks, reads,
-                                  READER_IDS, time.monotonic() + READ_BUDGET)
+                                  READER_IDS, time.monotonic() + read_budget(reads))
     assert not writers.errors, writers.errors[:3]
     with connect(source.params) as conn:
         end = Dialect.of(conn).head(conn)
@@ -105,9 +114,21 @@ def run_oracle(source: Source, reads: int) -> oracle.Report:
     return report
 
 
+def reads_for(server: Server) -> int:
+    return int(os.environ.get("BINLAKE_ORACLE_READS") or CI_READS[server])
+
+
 def test_every_chunk_equals_the_binlog_at_its_hw(source: Source) -> None:
-    report = run_oracle(source, READS)
-    assert report.chunks >= READS, str(report)
+    """Zero mismatches, zero failed reads.
+
+    A mismatch whose differing keys were last changed before LW points at the low watermark (the
+    SELECT did not see a transaction the position claims); between LW and HW, at the fold. On
+    MariaDB 10.11.19 the consistent-snapshot read has failed here about once in 2000-6000 reads (with
+    and without the fsync delay): `binlog_snapshot_position` at the end of a group commit whose
+    transactions the snapshot's SELECT did not see."""
+    reads = reads_for(source.server)
+    report = run_oracle(source, reads)
+    assert report.chunks >= reads, str(report)
     assert not report.failures, str(report)
     assert not report.mismatched, str(report)
 
@@ -121,7 +142,9 @@ def _force_fold_path(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.slow
 @mutation
 def test_oracle_catches_a_skipped_fold(source: Source, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The SELECT's rows emitted as the state at HW: every write between them is missed."""
+    """The SELECT's rows emitted as the state at HW: every write between them is missed. Measured in two
+    runs: MySQL 290 of 301 and 386 of 401 reads mismatched, MariaDB (sent down the fold path) 220 of
+    301 and 254 of 401."""
     if source.server == "mariadb":
         _force_fold_path(monkeypatch)
     monkeypatch.setattr(chunk_reader, "_folded", lambda schema, values, member, changes: values)
@@ -133,12 +156,17 @@ def test_oracle_catches_a_skipped_fold(source: Source, monkeypatch: pytest.Monke
 @mutation
 def test_oracle_catches_the_status_watermark(source: Source, monkeypatch: pytest.MonkeyPatch) -> None:
     """LW from the status command alone, not settled: a transaction already in the binlog but not yet
-    visible is in neither the SELECT nor the fold."""
+    visible is in neither the SELECT nor the fold.
+
+    Measured here (3 ms fsync, 16 writers): MySQL 9.7 loses rows in a third to a half of the reads
+    (107 of 301, 189 of 401); MariaDB 10.11 in about 1% (3 of 301, 14 of 1501 twice), so MariaDB reads
+    1500 chunks (two to four minutes) for an expected 14 mismatches -- 400 would miss them all about
+    once in fifty runs."""
     if source.server == "mariadb":
         _force_fold_path(monkeypatch)
     else:
         monkeypatch.setattr(Dialect, "settle", lambda self, conn, timeout: None)
-    report = run_oracle(source, MUTATION_READS)
+    report = run_oracle(source, max(MUTATION_READS, 1500 if source.server == "mariadb" else 0))
     assert report.mismatched, str(report)
 
 
@@ -151,22 +179,25 @@ def test_oracle_catches_a_low_watermark_taken_after_the_select(source: Source,
 
     The position object the read already holds is changed in place (BinlogPosition is frozen, so with
     object.__setattr__): the fold path's LW as `_low_watermark` returns it, or, on MariaDB's
-    consistent read, the snapshot position the read builds (LW = HW there)."""
-    pending = threading.local()
-    real_low_watermark, real_select, real_position = (chunk_reader._low_watermark, chunk_reader._select,
-                                                      chunk_reader.BinlogPosition)
+    consistent read, the snapshot position the read builds (LW = HW there). Measured in two runs:
+    MySQL 301 of 301 and 401 of 401 reads mismatched, MariaDB 299 of 301 and 401 of 401."""
+    class Pending(threading.local):
+        position: BinlogPosition | None = None  # the position the read on this thread will use
+
+    pending = Pending()
+    real_low_watermark, real_select = chunk_reader._low_watermark, chunk_reader._select
 
     def low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: Any) -> BinlogPosition:
-        pending.position = real_low_watermark(params, conn, dialect, split)
-        return pending.position
+        lw = pending.position = real_low_watermark(params, conn, dialect, split)
+        return lw
 
     def position(file: str, pos: int) -> BinlogPosition:
-        pending.position = real_position(file, pos)
-        return pending.position
+        at = pending.position = BinlogPosition(file, pos)
+        return at
 
     def select(params: dict[str, Any], schema: TableSchema, split: Any, cur: Any = None) -> list[Any]:
         values = real_select(params, schema, split, cur)
-        lw = getattr(pending, "position", None)
+        lw = pending.position
         if lw is not None:
             with connect(params) as conn:
                 late = Dialect.of(conn).head(conn)
