@@ -45,6 +45,20 @@ BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longbl
 TIMESTAMP_MIN = dt.datetime(1970, 1, 1, 0, 0, 1)
 
 
+def _json_plain(v: Any) -> Any:
+    """A JSON document from MySQL's binlog as `json.dumps` takes it: mysql-replication decodes MySQL's
+    binary JSON with bytes for object keys and strings. Keys keep the order the binary form stores
+    (by length, then bytes), which is the order the server prints, and `json.dumps`'s default
+    separators are the server's, so the text equals the snapshot's."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, dict):
+        return {_json_plain(k): _json_plain(item) for k, item in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_plain(item) for item in v]
+    return v
+
+
 def _float32_text(v: float) -> str:
     """The shortest decimal text that reads back as the same single-precision value."""
     packed = struct.pack("<f", v)
@@ -189,7 +203,7 @@ class Column:
                 return v.decode("utf-8")
             if isinstance(v, str):
                 return v
-            return json.dumps(v, ensure_ascii=False)
+            return json.dumps(_json_plain(v), ensure_ascii=False)
         if isinstance(v, bytes):
             return v.decode("utf-8", errors="surrogateescape")
         return str(v)

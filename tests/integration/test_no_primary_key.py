@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pyspark.sql import functions as F
 
 from binlake.source.chunk_reader import Hooks, read_chunk

@@ -89,3 +89,12 @@ def test_column_encoders_give_what_encode_gives() -> None:
             assert encode(v) == want, (c.name, v)
             checked += 1
     assert checked > 60
+
+
+def test_json_from_the_mysql_binlog_encodes_as_the_server_prints_it() -> None:
+    # mysql-replication gives MySQL's binary JSON with bytes keys and strings, keys in stored order
+    j = Column("j", "json", "json")
+    decoded = {b"a": [1, {b"b": "ü😀".encode()}], b"d": 1.5, b"n": None}
+    assert j.encode(decoded) == '{"a": [1, {"b": "ü😀"}], "d": 1.5, "n": null}'
+    assert j.encode([b"x", True, []]) == '["x", true, []]'
+    assert j.encode(b'"str"') == '"str"'  # JSON as text (MariaDB's, a SELECT's) passes as it is
