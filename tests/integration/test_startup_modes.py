@@ -14,7 +14,7 @@ from binlake.config import load
 from binlake.errors import ConfigError
 from binlake.pipeline import run
 from binlake.source.connection import connect
-from binlake.source.dialect import binlog_head
+from binlake.source.dialect import Dialect, binlog_head
 from binlake.spark.streaming import committed_offset
 from binlake.startup import contains, parse_position, resolve, validate
 from binlake.target import Target
@@ -78,6 +78,9 @@ def test_specific_gtid_position_starts_after_it_in_every_named_domain(dev_db, da
     """Two GTID domains interleave; the position names the last transaction had in each. The stream
     starts at domain 0's first later transaction and skips domain 1's transactions up to the one
     named, though they lie after that start."""
+    if dev_db.server != "mariadb":
+        # MySQL's counterpart, a GTID set (uuid:1-42), is refused by stream.startup-position for now
+        pytest.skip("GTID domains are MariaDB's; binlake does not yet start from a MySQL GTID set")
     port = dev_db.running_port()
     with dev_db.connect(database) as conn:
         purge_up_to_now(conn)
@@ -129,11 +132,11 @@ def test_startup_settings_refused_with_the_fix(dev_db, tmp_path: Path) -> None: 
         parse_position("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
     cfg = load(None, ["stream.startup-mode=specific", "stream.startup-position=0-1-999999999"])
     with pytest.raises(ConfigError, match=r"is a MariaDB GTID position but the source is MySQL"):
-        resolve(cfg, connect(params(dev_db)), False, tmp_path / "start-mysql.json")
+        resolve(cfg, connect(params(dev_db)), Dialect("mysql", (9, 7, 0)), tmp_path / "start-mysql.json")
     conn = connect(params(dev_db))
-    head = binlog_head(conn)
+    head, dialect = binlog_head(conn), Dialect.of(conn)
     conn.close()
     cfg_path = write_config(tmp_path / "b.yml", dev_db.running_port(), "nodb", tmp_path / "lake", 50, 4)
-    cfg = load(cfg_path, ["stream.startup-mode=specific", f"stream.startup-position=mysql-bin.000000:4"])
+    cfg = load(cfg_path, ["stream.startup-mode=specific", "stream.startup-position=mysql-bin.000000:4"])
     with pytest.raises(ConfigError, match=rf"mysql-bin.000000, which the server does not have .*{head.file}"):
-        resolve(cfg, connect(params(dev_db)), True, tmp_path / "start.json")
+        resolve(cfg, connect(params(dev_db)), dialect, tmp_path / "start.json")
