@@ -15,10 +15,15 @@ demo: setup
 bench: setup
 	.venv/bin/python bench/run.py
 
-# the chunk oracle's long form and its mutation runs; each run prints its counts
+# The long forms, on both servers; each prints its counts: the chunk oracle (20,000 reads) and its
+# mutation runs, the sustained-writes run 20 times with every fsync 20 ms slower, 200 random kills.
 soak: setup
 	BINLAKE_ORACLE_READS=$${BINLAKE_ORACLE_READS:-20000} BINLAKE_ORACLE_MUTATIONS=1 \
 		.venv/bin/python -m pytest -q -s tests/integration/test_chunk_oracle.py
+	BINLAKE_SOAK_RUNS=$${BINLAKE_SOAK_RUNS:-20} BINLAKE_FSYNC_DELAY_US=20000 \
+		.venv/bin/python -m pytest -q -s tests/integration/test_sustained_writes.py
+	BINLAKE_KILLS=$${BINLAKE_KILLS:-200} BINLAKE_KILL_SERVERS=mariadb,mysql \
+		.venv/bin/python -m pytest -q -s tests/integration/test_random_kills.py
 
 dev-db-stop:
 	-.venv/bin/binlake dev-db stop
