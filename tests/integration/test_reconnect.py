@@ -27,12 +27,14 @@ from binlake.source.dialect import binlog_head
 from binlake.spark.streaming import committed_offset
 from binlake.target import Target
 
+from .helpers import seq
 from .workload import BINLAKE, CLI_ENV, ROOT, Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config
 
 
 @pytest.fixture(scope="module")
-def private_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
-    db = DevDb(datadir=tmp_path_factory.mktemp("reconnect") / "db", server_id=9)
+def private_db(dev_db: DevDb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
+    db = DevDb(datadir=tmp_path_factory.mktemp(f"reconnect-{dev_db.server}") / "db", server_id=9,
+               server=dev_db.server)
     db.start()
     try:
         yield db
@@ -87,8 +89,8 @@ def caught_up(db: DevDb, checkpoint: str) -> Callable[[], bool]:
 def restart_later(db: DevDb, after: float) -> threading.Thread:
     port = db.running_port()
     db.stop()
-    thread = threading.Thread(target=lambda: (time.sleep(after), DevDb(datadir=db.datadir, port=port,
-                                                                      server_id=9).start()))
+    again = DevDb(datadir=db.datadir, port=port, server_id=9, server=db.server)
+    thread = threading.Thread(target=lambda: (time.sleep(after), again.start()))
     thread.start()
     return thread
 
@@ -105,7 +107,7 @@ def test_binlog_read_survives_a_restart_mid_transaction(private_db: DevDb) -> No
         cur.execute("CREATE TABLE mid.a (id INT PRIMARY KEY, v INT)")
         cur.execute("CREATE TABLE mid.b (id INT PRIMARY KEY, v INT)")
         start = binlog_head(conn)
-        cur.execute("INSERT INTO mid.a SELECT seq, seq FROM seq_1_to_300")
+        cur.execute(f"INSERT INTO mid.a SELECT seq, seq FROM {seq(1, 300)}")
         cur.execute("BEGIN")
         for i in range(20):  # one transaction, many statements and tables
             cur.execute("UPDATE mid.a SET v = v + 1 WHERE id BETWEEN %s AND %s", (i * 10, i * 10 + 30))
@@ -120,9 +122,11 @@ def test_binlog_read_survives_a_restart_mid_transaction(private_db: DevDb) -> No
     wanted = lambda d, t: d == "mid"  # noqa: E731
     clean = [key(c) for c in read_changes(params, 5650, start, stop, wanted)]
     assert len(clean) > 600
-    # every row carries its transaction's MariaDB GTID (domain-server-sequence); one transaction, one GTID
+    # every row carries its transaction's GTID (MariaDB: domain-server-sequence, MySQL: source uuid:number);
+    # one transaction, one GTID
     gtids = [k[-1] for k in clean]
-    assert all(re.fullmatch(r"0-9-\d+", str(g)) for g in gtids), gtids[:3]
+    gtid = r"0-9-\d+" if private_db.server == "mariadb" else r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}:\d+"
+    assert all(re.fullmatch(gtid, str(g)) for g in gtids), gtids[:3]
     assert len(set(gtids)) == 3
 
     got: list[tuple[object, ...]] = []
@@ -156,7 +160,7 @@ def test_source_restart_while_streaming(private_db: DevDb, spark, tmp_path: Path
         private_db.stop()
         time.sleep(4)  # a few failed attempts, with backoff
         assert run.poll() is None, run.stderr.read()[-3000:] if run.stderr else ""
-        DevDb(datadir=private_db.datadir, port=port, server_id=9).start()
+        DevDb(datadir=private_db.datadir, port=port, server_id=9, server=private_db.server).start()
         with Writers(port, database, rows, threads=1, pause=0.02) as after:
             time.sleep(4)
         assert after.ops > 20  # (its inserts may collide with the first writers' fresh ids: same seed)
