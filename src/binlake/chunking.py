@@ -22,6 +22,7 @@ from typing import Any
 import pymysql
 
 from binlake.schema import Column, TableSchema, qualified, quote
+from binlake.source.dialect import Dialect
 from binlake.splits import Bound
 
 EVEN_FACTOR_MIN = 0.05
@@ -88,11 +89,7 @@ def _even_step(conn: pymysql.connections.Connection, schema: TableSchema, chunk_
         lo, hi = cur.fetchone()
         if lo is None:
             return None
-        cur.execute(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-            (schema.database, schema.table),
-        )
-        approx = int((cur.fetchone() or [0])[0] or 0)
+        approx = Dialect.of(conn).estimated_rows(conn, schema.database, schema.table)
         if approx < 10 * chunk_size:  # statistics of small or fresh tables are unreliable; counting is cheap
             cur.execute(f"SELECT COUNT(*) FROM {qualified(schema.database, schema.table)}")
             approx = int(cur.fetchone()[0])

@@ -176,10 +176,8 @@ def table_rows(conn: Any, schema: TableSchema, chunk_size: int) -> int:
     """The table's row count: the server's estimate, counted when that is small (cheap then)."""
     from binlake.schema import qualified
 
+    approx = Dialect.of(conn).estimated_rows(conn, schema.database, schema.table)
     with conn.cursor() as cur:
-        cur.execute("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                    (schema.database, schema.table))
-        approx = int((cur.fetchone() or [0])[0] or 0)
         if approx < 10 * chunk_size:
             cur.execute(f"SELECT COUNT(*) FROM {qualified(schema.database, schema.table)}")
             approx = int(cur.fetchone()[0])
