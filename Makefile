@@ -1,10 +1,15 @@
-.PHONY: setup test unit demo bench soak clean dev-db-stop
+.PHONY: setup test test-mysql unit demo bench soak clean dev-db-stop
 
 setup:
 	@bash scripts/setup.sh
 
+# every test on MariaDB, the fast ones on MySQL too (tests/conftest.py says why)
 test: setup
 	.venv/bin/python -m pytest -q --durations=30 tests
+
+# the whole integration suite on MySQL alone, slow tests included
+test-mysql: setup
+	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q --durations=30 tests/integration
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit tests/bundle

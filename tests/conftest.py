@@ -1,6 +1,14 @@
 """Shared fixtures. The integration tests start one private MariaDB and one private MySQL 9.7 for the
 whole session, and every test that takes `dev_db` runs against each (`BINLAKE_TEST_SERVERS` narrows
-the list, for example `mysql`)."""
+the list, for example `mysql`).
+
+Which tests run on which server: every test on MariaDB, and on MySQL every test but the slow ones
+(marker `slow`: the kill-and-restart chains and volume runs, each over about 40 s). They run on MySQL
+too when BINLAKE_TEST_SLOW_SERVERS includes `mysql`, as `make test-mysql` sets it (the whole
+integration suite on MySQL alone). On a 2-core machine the slow tests on both servers would take
+`make test` past its 30 minutes, while the fast ones already reach every statement and read path
+that differs between the servers.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +23,24 @@ ROOT = Path(__file__).resolve().parent.parent
 # BINLAKE_TEST_DATADIR gives one test session its own servers (sessions sharing one stop it under each other)
 TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake")
 SERVERS = [s for s in os.environ.get("BINLAKE_TEST_SERVERS", "mariadb,mysql").split(",") if s]
+# the servers the slow tests run on (see the module docstring)
+SLOW_SERVERS = {"mariadb", *(s for s in os.environ.get("BINLAKE_TEST_SLOW_SERVERS", "").split(",") if s)}
+KNOWN_SERVERS = ("mariadb", "mysql")
+
+
+def _server(item: pytest.Item) -> str | None:
+    """The server a test item runs against: its `dev_db` parameter, or that of its own fixture
+    parametrised over SERVERS (the tests that start private servers)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return next((v for v in params.values() if isinstance(v, str) and v in KNOWN_SERVERS), None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        server = _server(item)
+        if server is not None and server not in SLOW_SERVERS and item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.skip(reason=f"slow on {server}: runs when BINLAKE_TEST_SLOW_SERVERS "
+                                                    f"includes {server} (make test-{server})"))
 
 
 @pytest.fixture(scope="session", params=SERVERS)

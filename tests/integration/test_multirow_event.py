@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from binlake.config import load
 from binlake.devdb import DevDb
 from binlake.pipeline import run
+from binlake.source.dialect import binlog_head
 from binlake.spark.sources import BATCH_ROWS
 from binlake.target import Target
 
@@ -23,8 +24,9 @@ ROWS = 50_000
 
 
 @pytest.fixture(scope="module")
-def one_event_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
-    db = DevDb(datadir=tmp_path_factory.mktemp("one-event-db"), extra_options=("--binlog-row-event-max-size=268435456",))
+def one_event_db(dev_db: DevDb, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevDb]:
+    db = DevDb(datadir=tmp_path_factory.mktemp(f"one-event-db-{dev_db.server}"), server=dev_db.server,
+               extra_options=("--binlog-row-event-max-size=268435456",))
     db.start()
     yield db
     db.stop()
@@ -48,10 +50,9 @@ def test_kill_inside_one_50k_row_event_then_restart(one_event_db: DevDb, spark: 
     run(cfg, until_caught_up=True)
 
     with db.connect("big") as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        before = cur.fetchone()
+        before = binlog_head(conn)
         cur.execute("UPDATE t SET k = k + 1, note = 'one event'")
-    events = _row_events(db, (before[0], int(before[1])))
+    events = _row_events(db, (before.file, before.pos))
     assert len(events) == 1, f"the UPDATE must be a single row event, got {len(events)}"
     assert ROWS > 2 * BATCH_ROWS, "the event must span several of the source's Arrow batches"
 
