@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlake.chunking import boundary_query, range_predicate
 from binlake.schema import qualified
 from binlake.source.catalog import load_schema
@@ -86,6 +88,7 @@ class Racer(threading.Thread):
                 time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_one_value_first_column_keeps_chunks_bounded(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     with connect(port, database) as conn, conn.cursor() as cur:

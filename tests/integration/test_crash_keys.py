@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlake.config import load
 from binlake.spark import state
 from binlake.target import Target
@@ -67,6 +69,7 @@ def rows(port: int, database: str, table: str, cols: str) -> list[tuple[Any, ...
         return sorted(tuple(r) for r in cur.fetchall())
 
 
+@pytest.mark.slow
 def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     rnd = random.Random(1)

@@ -1,4 +1,4 @@
-"""binlake run against a live MariaDB: concurrent writers, exact handover, verify, replay."""
+"""binlake run against a live server: concurrent writers, exact handover, verify, replay."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from chispa import assert_df_equality
 
 from binlake.source.binlog_reader import read_changes, split_key_change
@@ -25,6 +26,7 @@ from .helpers import params
 from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 
 
+@pytest.mark.slow
 def test_concurrent_writers_handover_and_verify(dev_db, database, spark, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     rows = 100_000

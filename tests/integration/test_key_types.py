@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from binlake.chunking import _even_step
@@ -140,6 +141,7 @@ def silver_rows(spark: Any, cfg: Any, database: str, table: str) -> list[tuple[A
     return sorted((comparable(kind, r[0]), r[1]) for r in df.select(k, "v").collect())
 
 
+@pytest.mark.slow
 def test_integer_decimal_and_temporal_keys_race_the_snapshot(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     with connect(port, database, time_zone="+00:00") as conn, conn.cursor() as cur:

@@ -38,6 +38,7 @@ def _row_events(db: DevDb, after: tuple[str, int]) -> list[Any]:
         return [r for r in cur.fetchall() if str(r[2]).startswith("Update_rows")]
 
 
+@pytest.mark.slow
 def test_kill_inside_one_50k_row_event_then_restart(one_event_db: DevDb, spark: Any, tmp_path: Path) -> None:
     db = one_event_db
     port = db.running_port()

@@ -66,6 +66,7 @@ def lake_rows(spark: Any, cfg: Any, name: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in silver(spark, cfg, name).select("id", "v").collect())
 
 
+@pytest.mark.slow
 def test_a_table_created_while_streaming_and_one_added_to_the_config(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     execute(dev_db, database, "CREATE TABLE t1 (id INT PRIMARY KEY, v INT)", f"INSERT INTO t1 SELECT seq, seq FROM {seq(1, 40)}",

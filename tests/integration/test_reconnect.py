@@ -140,6 +140,7 @@ def test_binlog_read_survives_a_restart_mid_transaction(private_db: DevDb) -> No
     assert got == clean
 
 
+@pytest.mark.slow
 def test_source_restart_while_streaming(private_db: DevDb, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = private_db.running_port()
     assert port is not None

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlake import pipeline
 from binlake.cli import main
 
@@ -15,6 +17,7 @@ from .helpers import execute, seq
 from .test_schema_evolution import data_columns, lake_table, source_table
 
 
+@pytest.mark.slow
 def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, database, spark, tmp_path: Path,
                                                                     monkeypatch) -> None:  # type: ignore[no-untyped-def]
     for t in ("a", "b"):
@@ -42,6 +45,7 @@ def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, data
         assert data_columns(spark, cfg, f"{database}.{t}") == names
 
 
+@pytest.mark.slow
 def test_a_type_silver_cannot_widen_to_is_snapshotted_again_and_binlake_resnapshot_takes_one_table(
         dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()

@@ -102,6 +102,7 @@ def test_lenient_keeps_what_evolve_drops_ignore_keeps_silver_as_it_was_and_trunc
     assert lake_table(spark, cfgs["le"][1], f"{database}.tr", names) == rows == [(7, 71), (40, 400)]
 
 
+@pytest.mark.slow
 def test_columns_change_while_a_continuous_run_streams_through_a_crash(dev_db, database, spark, tmp_path: Path,
                                                                       monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The acceptance case: add, rename, retype and drop columns while a continuous `binlake run`

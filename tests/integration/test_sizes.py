@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+import pytest
 from pyspark.sql import functions as F
 
 from binlake import pipeline
@@ -23,6 +24,7 @@ def _status_rows(spark: Any, path: str, status: str) -> Any:
     return spark.read.format("delta").load(path).where(F.col("status") == status)
 
 
+@pytest.mark.slow
 def test_planning_interleaves_with_reading_and_resumes_after_kill(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """kill -9 after the third stored batch of planning: the groups of the first two batches were
     read by then (reading started before planning ended); the restart plans on from the first chunk

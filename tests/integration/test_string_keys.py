@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlake.source.binlog_reader import RowChange
 from binlake.chunking import range_predicate
 from binlake.handover import Handover
@@ -102,6 +104,7 @@ def source_rows(port: int, database: str, table: str) -> list[tuple[Any, int]]:
         return sorted((bytes(k) if isinstance(k, (bytes, bytearray)) else k, v) for k, v in cur.fetchall())
 
 
+@pytest.mark.slow
 def test_string_keys_under_collations(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     rnd = random.Random(7)
