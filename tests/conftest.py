@@ -6,8 +6,8 @@ Which tests run on which server: every test on MariaDB, and on MySQL every test 
 (marker `slow`: the kill-and-restart chains and volume runs, each over about 40 s). They run on MySQL
 too when BINLAKE_TEST_SLOW_SERVERS includes `mysql`, as `make test-mysql` sets it (the whole
 integration suite on MySQL alone). On a 2-core machine the slow tests on both servers would take
-`make test` past its 30 minutes, while the fast ones already reach every statement and read path
-that differs between the servers.
+`make test` past its 30 minutes, while the fast ones still cover what differs between the servers:
+their statements, chunk reads, binlog decoding and collations.
 """
 
 from __future__ import annotations
