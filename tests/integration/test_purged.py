@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from binlake.cli import main
 from binlake.config import load
 from binlake.pipeline import Context, run
@@ -42,6 +44,7 @@ def purge_up_to_now(conn, rotate: bool = True) -> tuple[str, str]:  # type: igno
     return oldest, current
 
 
+@pytest.mark.slow
 def test_purged_position_fails_then_resnapshots(dev_db, database, spark, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     rows = 600
@@ -92,8 +95,6 @@ def test_purged_position_fails_then_resnapshots(dev_db, database, spark, tmp_pat
 
 
 def test_on_purged_rejects_other_values(tmp_path: Path) -> None:
-    import pytest
-
     from binlake.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"stream.on-purged is 'skip'.*'fail' or 'resnapshot'"):

@@ -48,6 +48,7 @@ def data_columns(spark: Any, cfg: Config, name: str) -> list[str]:
     return [c for c in silver(spark, cfg, name).columns if not c.startswith("_")]
 
 
+@pytest.mark.slow
 def test_lenient_keeps_what_evolve_drops_ignore_keeps_silver_as_it_was_and_truncate_empties(
         dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
