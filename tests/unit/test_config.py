@@ -46,7 +46,7 @@ snapshot:
 def test_yaml_file_with_defaults_for_the_rest(tmp_path: Path) -> None:
     cfg = config.load(write(tmp_path, SAMPLE), env={"BINLAKE_SOURCE_PASSWORD": SECRET})
     assert cfg.connection() == {"host": "db.internal", "port": 3307, "user": "cdc", "password": SECRET,
-                                "connect_timeout": 10}
+                                "connect_timeout": 10, "read_timeout": 60}
     assert cfg.tables == [r"shop\.orders", r"shop\.customer.*"]
     assert cfg.chunk_size == 500
     assert cfg.parallelism == config.SCHEMA["snapshot"]["parallelism"][1]
