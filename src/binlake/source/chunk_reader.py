@@ -10,7 +10,8 @@
 
 Rows written while the SELECT runs may or may not be in its result; either way the fold replays
 them on top, and because the fold applies them in binlog order the buffer ends at HW's state.
-On MariaDB the SELECT runs in a consistent snapshot whose position is both LW and HW: no fold.
+On MariaDB the SELECT runs in a consistent snapshot whose position is HW, and LW is the status
+position read before it (see `_snapshot_read`).
 `Hooks` let tests run SQL exactly after LW, after the SELECT and before HW to force those races.
 """
 
@@ -103,8 +104,8 @@ def read_chunk(
     dialect: Dialect | None = None,
 ) -> ChunkResult:
     """The chunk's exact state at its high watermark, read by the server's exact method (see
-    `binlake.source.dialect`): a consistent snapshot whose position is LW = HW (MariaDB), or a
-    settled LW, the SELECT, HW and the fold of LW..HW (MySQL)."""
+    `binlake.source.dialect`): the status position, a consistent snapshot at HW and the fold
+    between them (MariaDB), or a settled LW, the SELECT, HW and the fold of LW..HW (MySQL)."""
     hooks = hooks or Hooks()
     began = time.monotonic()
     conn = connect(params)
@@ -151,7 +152,7 @@ def _snapshot_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: 
     log.info("split %s: status position %s", split.id, before)
     for attempt in range(SNAPSHOT_ATTEMPTS):
         at, values = _consistent_read(params, schema, split, hooks if attempt == 0 else Hooks())
-        if at > before:
+        if at > before or attempt == SNAPSHOT_ATTEMPTS - 1:
             break
         time.sleep(0.002 * 2**attempt)
     lw = min(before, at)

@@ -10,8 +10,9 @@ engine makes its rows visible. A `SELECT` started right after that position can 
 logged before it. Each server has an exact form instead:
 
 - MariaDB, `consistent-snapshot`: `START TRANSACTION WITH CONSISTENT SNAPSHOT`, then the status
-  variables `binlog_snapshot_file`/`binlog_snapshot_position`. The server takes both under the same
-  commit lock, so the position is exactly the state the transaction's `SELECT` sees: LW = HW, no fold.
+  variables `binlog_snapshot_file`/`binlog_snapshot_position` (HW), with the changes since the
+  status position read before it (LW) folded in: the snapshot alone can miss the group commit that
+  ends at its own position (see `chunk_reader._snapshot_read`).
 - MySQL with `gtid_mode=ON`, `settled-gtids`: the status position P is read, then every GTID the
   server has handed out but not yet committed (`@@global.gtid_owned`) is waited for with
   `WAIT_FOR_EXECUTED_GTID_SET`. A transaction written before P took its GTID before P was reported
