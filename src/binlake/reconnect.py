@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pymysql
 
 from binlake.errors import RuntimeFailure
-from binlake.source.connection import DEFAULT_READ_TIMEOUT
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, timed_out
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,6 @@ class Backoff:
     def reset(self) -> None:
         self._since = None
 
-
-def timed_out(exc: BaseException) -> bool:
-    """A read that got nothing within the read timeout: a stalled or half-open connection."""
-    return isinstance(exc, (socket.timeout, TimeoutError)) or "timed out" in " ".join(map(str, exc.args))
 
 
 def retrying(params: dict[str, Any], timeout: float, doing: str, call: Callable[[], T]) -> T:

@@ -7,6 +7,7 @@ closing it (a half-open TCP connection) fails after that many seconds instead of
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pymysql
@@ -40,10 +41,15 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
     return conn
 
 
+def timed_out(exc: BaseException) -> bool:
+    """A read that got nothing within its timeout: a stalled or half-open connection."""
+    return isinstance(exc, (socket.timeout, TimeoutError)) or "timed out" in " ".join(map(str, exc.args))
+
+
 def cannot_connect(params: dict[str, Any], exc: Exception) -> RuntimeFailure:
     """One line naming the settings to check; the server's message (which may quote input) stays out."""
     code = exc.args[0] if exc.args else "?"
-    if "timed out" in " ".join(map(str, exc.args)):  # a server, or a network path, that answers nothing
+    if timed_out(exc):  # a server, or a network path, that answers nothing
         return RuntimeFailure(
             f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}: no answer "
             f"within source.connect-timeout={params.get('connect_timeout', 10)}s / source.read-timeout="
