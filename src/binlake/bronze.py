@@ -5,8 +5,9 @@ the sequence, where in the binlog it came from, and the row as a JSON object of 
 (see `schema.Column.encode`). `typed` turns them into the table's typed columns, so the snapshot
 and the binlog give identical values. Operations: `r` snapshot read, `c` insert, `u` update,
 `d` delete (row image before the delete), and `w`: one watermark row per snapshot chunk carrying
-its high watermark (all source columns NULL) -- the record that the chunk landed, written in the
-same commit as its rows.
+its high watermark in `_file`/`_pos` and its low watermark in `_lw` (all source columns NULL) --
+the record that the chunk landed, written in the same commit as its rows. `_lw` is NULL on every
+other row.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from binlake.schema import TableSchema
 from binlake.target import CHECKPOINT_INTERVAL
 
 CHANGE_META = (
-    "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT"
+    "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT, "
+    "_lw STRING"
 )
 CHANGES = CHANGE_META + ", _row STRING"
 JSON_OPTIONS = {"mode": "FAILFAST", "maxStringLen": str(2**31 - 1)}
@@ -39,6 +41,7 @@ META_FIELDS = [
     T.StructField("_pos", T.LongType()),
     T.StructField("_gtid", T.StringType()),
     T.StructField("_chunk", T.IntegerType()),
+    T.StructField("_lw", T.StringType()),
 ]
 DATA_OPS = ("r", "c", "u", "d")
 BINLOG_OPS = ("c", "u", "d")
@@ -93,7 +96,7 @@ def _typed(changes: DataFrame, schema: TableSchema, raw: list[Any]) -> DataFrame
         cols.append(value.alias(col.name))
     meta = [
         F.col("_op"), F.col("_seq"), F.timestamp_seconds("_ts").alias("_ts"), F.col("_file"), F.col("_pos"),
-        F.col("_gtid"), F.col("_chunk"),
+        F.col("_gtid"), F.col("_chunk"), F.col("_lw"),
     ]
     return changes.select(*cols, *meta)
 
@@ -116,12 +119,12 @@ def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[
     from pyspark.sql import Observation
 
     marks = Observation()
-    watermarks = F.collect_list(F.when(F.col("_op") == "w", F.struct("_chunk", "_file", "_pos"))).alias("w")
+    watermarks = F.collect_list(F.when(F.col("_op") == "w", F.struct("_chunk", "_file", "_pos", "_lw"))).alias("w")
     rows = [F.count_if((F.col("_chunk") == int(c)) & (F.col("_op") == "r")).alias(f"rows_{int(c)}") for c in chunks]
     df.observe(marks, watermarks, *rows).write.format("delta").mode("append").option("mergeSchema", "true").save(location)
     seen = marks.get
-    found = {w["_chunk"]: (w["_file"], w["_pos"]) for w in seen["w"]}
-    return [_mark(int(c), *found.get(int(c), (None, None)), seen[f"rows_{int(c)}"]) for c in chunks]
+    found = {w["_chunk"]: (w["_file"], w["_pos"], w["_lw"]) for w in seen["w"]}
+    return [_mark(int(c), *found.get(int(c), (None, None, None)), seen[f"rows_{int(c)}"]) for c in chunks]
 
 
 def append_batch(df: DataFrame, location: str, app_id: str | None = None, version: int | None = None) -> None:
@@ -135,20 +138,24 @@ def append_batch(df: DataFrame, location: str, app_id: str | None = None, versio
 
 
 def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[dict[str, Any]]:
-    """Per chunk: its watermark row's position (`hw_file` None: no watermark row in bronze) and its
-    count of snapshot rows."""
+    """Per chunk: its watermark row's positions (`hw_file` None: no watermark row in bronze; `lw` the
+    low watermark as text, None in a bronze written before binlake kept it) and its count of
+    snapshot rows."""
     watermark = F.col("_op") == "w"
+    table = spark.read.format("delta").load(location)
+    lw = F.col("_lw") if "_lw" in table.columns else F.lit(None).cast("string")  # a bronze from before `_lw`
     found = {r["_chunk"]: r.asDict() for r in (
-        spark.read.format("delta").load(location).where(F.col("_chunk").isin([int(c) for c in chunks]))
+        table.where(F.col("_chunk").isin([int(c) for c in chunks]))
         .groupBy("_chunk").agg(F.max(F.when(watermark, F.col("_file"))).alias("hw_file"),
                                F.max(F.when(watermark, F.col("_pos"))).alias("hw_pos"),
+                               F.max(F.when(watermark, lw)).alias("lw"),
                                F.count_if(F.col("_op") == "r").alias("rows")).collect())}
-    return [found.get(int(c), _mark(int(c), None, None, 0)) for c in chunks]
+    return [found.get(int(c), _mark(int(c), None, None, None, 0)) for c in chunks]
 
 
-def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, rows: int) -> dict[str, Any]:
-    """One chunk's marks: its watermark row's position (`hw_file` None: none) and its snapshot rows."""
-    return {"_chunk": chunk, "hw_file": hw_file, "hw_pos": hw_pos, "rows": rows}
+def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, lw: str | None, rows: int) -> dict[str, Any]:
+    """One chunk's marks: its watermark row's positions (`hw_file` None: none) and its snapshot rows."""
+    return {"_chunk": chunk, "hw_file": hw_file, "hw_pos": hw_pos, "lw": lw, "rows": rows}
 
 
 def newest_change(spark: SparkSession, location: str) -> Any:

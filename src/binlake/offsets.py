@@ -71,6 +71,12 @@ class BinlogPosition:
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}"
 
+    @classmethod
+    def parse(cls, text: str) -> BinlogPosition:
+        """The position `str` printed: `file:pos`."""
+        file, _, pos = text.rpartition(":")
+        return cls(file, int(pos))
+
 
 def event_seq(file: str, pos: int, slot: int) -> int:
     if not 0 <= slot < POS_FACTOR:

@@ -338,7 +338,9 @@ def record_landed(ctx: Context, splits: list[Split], marks: list[dict[str, Any]]
     """Record as landed the splits whose watermark row is in bronze (`marks`, see bronze.chunk_marks)."""
     found = {m["_chunk"]: m for m in marks if m["hw_file"]}
     landed = [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"])),
-                          int(found[s.index]["rows"])) for s in splits if s.index in found]
+                          int(found[s.index]["rows"]),
+                          BinlogPosition.parse(found[s.index]["lw"]) if found[s.index]["lw"] else None)
+              for s in splits if s.index in found]
     split_state.record(ctx.session(), ctx.target.split_state, landed)
     return landed
 

@@ -31,6 +31,7 @@ class Split:
     status: Status = "planned"
     hw: BinlogPosition | None = None
     rows: int | None = None
+    lw: BinlogPosition | None = None  # where its read began (None: planned, or landed before binlake kept it)
 
     def __post_init__(self) -> None:
         if self.start is not None and self.start == self.end:
@@ -57,8 +58,8 @@ class Split:
         """Its rows and high watermark are in bronze (it may be applied to silver too)."""
         return self.status != "planned"
 
-    def landed_at(self, hw: BinlogPosition, rows: int) -> Split:
-        return replace(self, status="landed", hw=hw, rows=rows)
+    def landed_at(self, hw: BinlogPosition, rows: int, lw: BinlogPosition | None = None) -> Split:
+        return replace(self, status="landed", hw=hw, rows=rows, lw=lw)
 
     def applied(self) -> Split:
         return replace(self, status="done")
@@ -75,11 +76,14 @@ class Split:
             "hw_file": self.hw.file if self.hw else None,
             "hw_pos": self.hw.pos if self.hw else None,
             "rows": self.rows,
+            "lw_file": self.lw.file if self.lw else None,
+            "lw_pos": self.lw.pos if self.lw else None,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], group_size: int = 8) -> Split:
         hw = BinlogPosition(d["hw_file"], int(d["hw_pos"])) if d.get("hw_file") else None
+        lw = BinlogPosition(d["lw_file"], int(d["lw_pos"])) if d.get("lw_file") else None
         return cls(
             table=d["table"],
             table_no=int(d["table_no"]),
@@ -90,6 +94,7 @@ class Split:
             status=d.get("status") or "planned",
             hw=hw,
             rows=None if d.get("rows") is None else int(d["rows"]),
+            lw=lw,
         )
 
 

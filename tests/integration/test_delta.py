@@ -64,18 +64,18 @@ def test_group_marks_observed_while_writing_equal_bronze(spark: SparkSession, tm
     location = str(tmp_path / "bronze")
     bronze.ensure_table(spark, location, schema)
     changes = spark.createDataFrame(
-        [("db.t", "r", Decimal(5), None, "b.1", 40, None, 5, str(i), f"v{i}") for i in range(3)]
-        + [("db.t", "w", Decimal(5), None, "b.1", 40, None, 5, None, None)]
-        + [("db.t", "r", Decimal(6), None, "b.2", 4, None, 6, "9", "x"),
-           ("db.t", "w", Decimal(6), None, "b.2", 4, None, 6, None, None),
-           ("db.t", "r", Decimal(7), None, "b.2", 9, None, 7, "10", "y")],
+        [("db.t", "r", Decimal(5), None, "b.1", 40, None, 5, None, str(i), f"v{i}") for i in range(3)]
+        + [("db.t", "w", Decimal(5), None, "b.1", 40, None, 5, "b.1:30", None, None)]
+        + [("db.t", "r", Decimal(6), None, "b.2", 4, None, 6, None, "9", "x"),
+           ("db.t", "w", Decimal(6), None, "b.2", 4, None, 6, "b.1:90", None, None),
+           ("db.t", "r", Decimal(7), None, "b.2", 9, None, 7, None, "10", "y")],
         bronze.flat_changes(schema))
     chunks = [5, 6, 7, 9]
     observed = bronze.append_chunks(bronze.typed_flat(changes, schema), location, chunks)
-    assert observed == [{"_chunk": 5, "hw_file": "b.1", "hw_pos": 40, "rows": 3},
-                        {"_chunk": 6, "hw_file": "b.2", "hw_pos": 4, "rows": 1},
-                        {"_chunk": 7, "hw_file": None, "hw_pos": None, "rows": 1},
-                        {"_chunk": 9, "hw_file": None, "hw_pos": None, "rows": 0}]
+    assert observed == [{"_chunk": 5, "hw_file": "b.1", "hw_pos": 40, "lw": "b.1:30", "rows": 3},
+                        {"_chunk": 6, "hw_file": "b.2", "hw_pos": 4, "lw": "b.1:90", "rows": 1},
+                        {"_chunk": 7, "hw_file": None, "hw_pos": None, "lw": None, "rows": 1},
+                        {"_chunk": 9, "hw_file": None, "hw_pos": None, "lw": None, "rows": 0}]
     assert bronze.chunk_marks(spark, location, chunks) == observed
     history = DeltaTable.forPath(spark, location).history().collect()
     assert history[0]["operation"] == "WRITE" and history[0]["operationParameters"]["mode"] == "Append"

@@ -20,6 +20,7 @@ import pymysql
 import pytest
 
 from binlake.devdb import DevDb
+from binlake.spark import state
 from binlake.target import Target
 from binlake.config import load
 
@@ -126,3 +127,6 @@ def test_snapshot_under_sustained_writes_then_catch_up(busy_server: DevDb, spark
     extra = sorted(set(silver) - set(source))[:5]
     assert silver == source, f"{changed} changes: silver lacks {missing}, has extra {extra}"
     assert bronze_duplicates(spark, target.bronze(name).location) == 0
+    splits = state.load(spark, target.split_state, 8)[name]
+    assert splits and all(s.lw is not None and s.lw <= s.hw for s in splits), \
+        "the split state does not keep each chunk's low watermark beside its high watermark"

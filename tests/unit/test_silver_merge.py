@@ -16,7 +16,7 @@ SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)", False), Column("v
 
 def changes(spark, rows):  # type: ignore[no-untyped-def]
     raw = spark.createDataFrame(
-        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, chunk, json.dumps({"id": str(k), "v": v}))
+        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, chunk, None, json.dumps({"id": str(k), "v": v}))
          for op, seq, k, v, chunk in rows],
         bronze.CHANGES,
     )

@@ -60,8 +60,10 @@ def test_newest_status_of_each_chunk_wins_whatever_the_row_order() -> None:
     planned = [Split("d.t", 1, i, None if i == 0 else (str(i * 10),), None if i == 2 else (str(i * 10 + 10),))
                for i in range(3)]
     hw = BinlogPosition("mysql-bin.000001", 400)
-    rows = [planned[1].landed_at(hw, 5).applied().to_dict(), *(s.to_dict() for s in planned),
+    lw = BinlogPosition("mysql-bin.000001", 250)
+    rows = [planned[1].landed_at(hw, 5, lw).applied().to_dict(), *(s.to_dict() for s in planned),
             planned[0].landed_at(hw, 7).to_dict()]
     got = newest(rows, 8)["d.t"]
     assert [(s.index, s.status) for s in got] == [(0, "landed"), (1, "done"), (2, "planned")]
-    assert got[0].hw == hw and got[0].rows == 7
+    assert got[0].hw == hw and got[0].rows == 7 and got[0].lw is None
+    assert got[1].lw == lw and got[2].lw is None

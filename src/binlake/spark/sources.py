@@ -48,7 +48,8 @@ def _meta_arrow() -> list[tuple[str, Any]]:
     import pyarrow as pa
 
     return [("_table", pa.string()), ("_op", pa.string()), ("_seq", pa.decimal128(38, 0)), ("_ts", pa.int64()),
-            ("_file", pa.string()), ("_pos", pa.int64()), ("_gtid", pa.string()), ("_chunk", pa.int32())]
+            ("_file", pa.string()), ("_pos", pa.int64()), ("_gtid", pa.string()), ("_chunk", pa.int32()),
+            ("_lw", pa.string())]
 
 
 def _arrow_batch(fields: list[tuple[str, Any]], columns: list[list[Any]]) -> Any:
@@ -89,19 +90,21 @@ class SnapshotReader(DataSourceReader):
         for raw in partition.splits:
             split = Split.from_dict(raw)
             if job.get("plain"):
-                columns, seq, file, pos = select_chunk(params, schema, split), None, None, None
+                columns, seq, file, pos, lw = select_chunk(params, schema, split), None, None, None, None
             else:
                 # a chunk read is idempotent: one cut off by a lost connection is read again whole
                 result = retrying(params, patience, f"reading chunk {split.id}",
                                   lambda: read_chunk(params, schema, split, partition.server_id, dialect=dialect))
-                columns, seq, file, pos = result.columns, decimal.Decimal(result.hw.seq(0)), result.hw.file, result.hw.pos
+                columns, seq, lw = result.columns, decimal.Decimal(result.hw.seq(0)), str(result.lw)
+                file, pos = result.hw.file, result.hw.pos
             for begin, end in _parts(columns, wide):
                 n = end - begin
                 meta = [[schema.name] * n, ["r"] * n, [seq] * n, [None] * n, [file] * n, [pos] * n, [None] * n,
-                        [split.index] * n]
+                        [split.index] * n, [None] * n]
                 yield _arrow_batch(fields, meta + [c[begin:end] for c in columns])
             if not job.get("plain"):
-                yield _arrow_batch(fields, [[schema.name], ["w"], [seq], [None], [file], [pos], [None], [split.index]]
+                yield _arrow_batch(fields, [[schema.name], ["w"], [seq], [None], [file], [pos], [None], [split.index],
+                                                   [lw]]
                                    + [[None]] * len(names))
 
 
@@ -224,7 +227,7 @@ class BinlogReader(DataSourceStreamReader):
                         _judge(guard, evolver, change)  # stops before any row of a changed table is written
                     elif version is not None:
                         rows.append((version.table, "s", decimal.Decimal(version.seq), None, version.at.file,
-                                     version.at.pos, None, None, marker_row(version)))
+                                     version.at.pos, None, None, None, marker_row(version)))
                     continue
                 if since is not None and change.ts < since:
                     continue  # startup mode timestamp: written before the requested time
@@ -240,7 +243,7 @@ class BinlogReader(DataSourceStreamReader):
                     text = dumps(encode(part.image))
                     size += len(text)
                     rows.append((part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos,
-                                 part.gtid, None, text))
+                                 part.gtid, None, None, text))
                 if len(rows) >= BATCH_ROWS or size >= BATCH_BYTES:
                     yield _arrow_batch(fields, [list(c) for c in zip(*rows)])
                     rows, size = [], 0
