@@ -88,6 +88,22 @@ def mysql_files() -> tuple[str, ...]:
             f"--character-sets-dir={share / 'charsets'}", f"--plugin-dir={mysql_root() / 'usr/lib/mysql/plugin'}")
 
 
+def _alive(pid: int) -> bool:
+    """A process that runs: a server this process started and that has died stays a zombie until reaped."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child: its parent reaps it
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,10 +140,9 @@ class DevDb:
     def pid(self) -> int | None:
         try:
             pid = int(self.pid_path.read_text().strip())
-            os.kill(pid, 0)
-            return pid
-        except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        except (FileNotFoundError, ValueError):
             return None
+        return pid if _alive(pid) else None
 
     def running_port(self) -> int | None:
         if self.pid() is None or not self.port_path.exists():
@@ -230,6 +245,19 @@ class DevDb:
             time.sleep(0.1)
         if self.pid() is not None:
             os.kill(pid, signal.SIGKILL)
+
+    def kill(self, timeout: float = 60.0) -> None:
+        """SIGKILL, as a crash would: no shutdown, so the next start runs the server's crash recovery."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeFailure(f"{self.label} (pid {pid}) outlived SIGKILL by {timeout:.0f}s")
+            time.sleep(0.05)
+        self.pid_path.unlink(missing_ok=True)
 
     def status(self) -> str:
         port = self.running_port()

@@ -86,7 +86,7 @@ _STATEMENTS: list[tuple[Kind, re.Pattern[str]]] = [
     ("truncate", re.compile(rf"TRUNCATE\s+(?:TABLE\s+)?{_QUALIFIED}", re.I)),
     ("drop", re.compile(rf"DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?({_QUALIFIED}(?:\s*,\s*{_QUALIFIED})*)",
                         re.I)),
-    ("rename", re.compile(rf"RENAME\s+TABLES?\s+(.*)", re.I | re.S)),
+    ("rename", re.compile(r"RENAME\s+TABLES?\s+(.*)", re.I | re.S)),
     ("create", re.compile(rf"CREATE\s+OR\s+REPLACE\s+(?:TEMPORARY\s+)?TABLE\s+{_QUALIFIED}", re.I)),
     ("create_table", re.compile(rf"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?{_QUALIFIED}", re.I)),
     ("drop_database", re.compile(rf"DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?({_NAME})", re.I)),

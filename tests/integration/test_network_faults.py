@@ -15,7 +15,7 @@ import pytest
 from binlake.config import load
 from binlake.target import Target
 
-from .capture import connect, run_once, silver, snapshot_once, stream_once, write_config
+from .capture import connect, silver, snapshot_once, stream_once, write_config
 from .faulty_network import Proxy
 from .helpers import execute, seq
 from .workload import bronze_duplicates, run_cli

@@ -16,8 +16,6 @@ import os
 import random
 import signal
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,8 @@ from binlake.pipeline import run
 from binlake.target import Target
 
 from ..conftest import SERVERS
-from .workload import BINLAKE, CLI_ENV, ROOT, bronze_duplicates, create_table, silver_rows, source_rows, write_config
+from .workload import (BINLAKE, CLI_ENV, ROOT, ReconnectingWriters, bronze_duplicates, create_table, silver_rows,
+                       source_rows, write_config)
 
 KILLS = int(os.environ.get("BINLAKE_KILLS", "6"))
 ROWS = 20_000
@@ -56,42 +55,6 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     db.stop()
 
 
-class Writers(threading.Thread):
-    """Inserts, updates, deletes and key changes on their own connection, reconnecting after the
-    server restarts."""
-
-    def __init__(self, port: int, database: str, seed: int) -> None:
-        super().__init__(daemon=True)
-        self.port, self.database, self.rnd = port, database, random.Random(seed)
-        self.stop_flag = threading.Event()
-        self.fresh = 10_000_000
-
-    def run(self) -> None:
-        while not self.stop_flag.is_set():
-            try:
-                with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
-                                     database=self.database, autocommit=True) as conn, conn.cursor() as cur:
-                    while not self.stop_flag.is_set():
-                        self._one(cur)
-                        time.sleep(0.002)
-            except pymysql.err.MySQLError:
-                time.sleep(0.2)
-
-    def _one(self, cur: Any) -> None:
-        op, target = self.rnd.random(), self.rnd.randint(1, ROWS)
-        if op < 0.3:
-            self.fresh += 1
-            cur.execute("INSERT INTO t (id, k, v, amount, updated, note) VALUES (%s, 1, 'ins', 1.5, NOW(6), 'i')",
-                        (self.fresh,))
-        elif op < 0.7:
-            cur.execute("UPDATE t SET v = %s, amount = amount + 1 WHERE id = %s", (f"u{self.rnd.random():.5f}", target))
-        elif op < 0.9:
-            cur.execute("DELETE FROM t WHERE id = %s", (target,))
-        else:
-            self.fresh += 1
-            cur.execute("UPDATE t SET id = %s WHERE id = %s", (self.fresh, target))
-
-
 def test_kill_at_random_moments_then_catch_up(server: Any, spark: Any, tmp_path: Path) -> None:
     port = server.running_port()
     database = "kills"
@@ -107,7 +70,7 @@ def test_kill_at_random_moments_then_catch_up(server: Any, spark: Any, tmp_path:
     rnd = random.Random(seed)
     journal = tmp_path / "kills.log"
     kills: list[float] = []
-    writers = Writers(port, database, seed)
+    writers = ReconnectingWriters(port, database, ROWS, seed)
     writers.start()
     try:
         for n in range(KILLS):

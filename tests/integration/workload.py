@@ -108,6 +108,44 @@ class Writers:
         conn.close()
 
 
+class ReconnectingWriters(threading.Thread):
+    """Inserts, updates, deletes and key changes on their own connection, reconnecting after the
+    server restarts."""
+
+    def __init__(self, port: int, database: str, rows: int, seed: int) -> None:
+        super().__init__(daemon=True)
+        self.port, self.database, self.rows, self.rnd = port, database, rows, random.Random(seed)
+        self.stop_flag = threading.Event()
+        self.fresh = 10_000_000
+        self.done = 0  # statements that returned (a commit cut by a crash may have landed too)
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            try:
+                with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="",
+                                     database=self.database, autocommit=True) as conn, conn.cursor() as cur:
+                    while not self.stop_flag.is_set():
+                        self._one(cur)
+                        self.done += 1
+                        time.sleep(0.002)
+            except pymysql.err.MySQLError:
+                time.sleep(0.2)
+
+    def _one(self, cur: Any) -> None:
+        op, target = self.rnd.random(), self.rnd.randint(1, self.rows)
+        if op < 0.3:
+            self.fresh += 1
+            cur.execute("INSERT INTO t (id, k, v, amount, updated, note) VALUES (%s, 1, 'ins', 1.5, NOW(6), 'i')",
+                        (self.fresh,))
+        elif op < 0.7:
+            cur.execute("UPDATE t SET v = %s, amount = amount + 1 WHERE id = %s", (f"u{self.rnd.random():.5f}", target))
+        elif op < 0.9:
+            cur.execute("DELETE FROM t WHERE id = %s", (target,))
+        else:
+            self.fresh += 1
+            cur.execute("UPDATE t SET id = %s WHERE id = %s", (self.fresh, target))
+
+
 class TailInserter(threading.Thread):
     """Inserts rows past the maximum key, a few at a time, until stopped."""
 
