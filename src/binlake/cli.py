@@ -51,14 +51,19 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from binlake.validation import check
+    from binlake.validation import inspect
 
-    problems = check(_load(args))
+    cfg = _load(args)
+    problems, encrypted = inspect(cfg)
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
         return 2
     print("source ok: binlog on, ROW format, FULL row image and metadata, privileges present")
+    mode = cfg.get("source.tls.mode")
+    print(f"connection encrypted: {encrypted} (source.tls.mode={mode})" if encrypted else
+          f"connection NOT encrypted (source.tls.mode={mode}): set source.tls.mode=required or stricter to "
+          "refuse a plain connection")
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import yaml
 
 from binlake.errors import ConfigError
+from binlake.source.tls import MODES as TLS_MODES, Tls
 
 SECRET_KEYS = frozenset({"source.password"})
 MASK = "******"
@@ -81,6 +82,13 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "read-timeout": (_int, 60, "seconds a read from the source may wait for data before it fails: a "
                          "half-open connection, or a binlog position the server reported written but does not "
                          "serve (not yet synced)"),
+        "tls.mode": (_choice(*TLS_MODES), "preferred",
+                     "`disabled`, `preferred` (TLS when the server offers it), `required` (TLS, certificate not "
+                     "verified), `verify-ca` (signed by `tls.ca`), `verify-identity` (and naming the host)"),
+        "tls.ca": (_opt_str, None, "CA certificate (PEM file, or the PEM text) the verify modes check the server "
+                   "against; unset: the system's CAs"),
+        "tls.cert": (_opt_str, None, "client certificate (PEM file), for an account that requires one"),
+        "tls.key": (_opt_str, None, "the client certificate's private key (PEM file)"),
         "reconnect-timeout": (_int, 300, "seconds the stream keeps reconnecting to a lost source "
                               "(backoff 0.5 s doubling to 10 s) before it fails; `0` fails at once"),
     },
@@ -185,6 +193,7 @@ class Config:
             "password": self.get("source.password"),
             "connect_timeout": int(self.get("source.connect-timeout")),
             "read_timeout": int(self.get("source.read-timeout")),
+            "tls": {k: self.get(f"source.tls.{k}") for k in ("mode", "ca", "cert", "key")},
         }
 
     def masked(self) -> dict[str, dict[str, Any]]:
@@ -240,6 +249,10 @@ def _set(values: dict[str, dict[str, Any]], dotted: str, raw: Any, origin: str) 
             return
         raise ConfigError(f"unknown configuration key '{dotted}' in {origin}{_suggest(dotted, _all_keys())}")
     section, key = dotted.split(".", 1)
+    if section in SCHEMA and isinstance(raw, dict) and any(k.startswith(f"{key}.") for k in SCHEMA[section]):
+        for k, v in raw.items():  # a nested group such as source.tls
+            _set(values, f"{dotted}.{k}", v, origin)
+        return
     if section not in SCHEMA or key not in SCHEMA[section]:
         raise ConfigError(f"unknown configuration key '{dotted}' in {origin}{_suggest(dotted, _all_keys())}")
     parser, _default, description = SCHEMA[section][key]
@@ -285,7 +298,7 @@ def load(
                 _set(values, f"{section}.{key}", _interpolate(raw, f"{section}.{key}", env), origin)
     for section, keys in SCHEMA.items():
         for key in keys:
-            name = f"BINLAKE_{section}_{key}".upper().replace("-", "_")
+            name = f"BINLAKE_{section}_{key}".upper().replace("-", "_").replace(".", "_")
             if name in env:
                 _set(values, f"{section}.{key}", yaml.safe_load(env[name]) if key != "password" else env[name],
                      f"environment variable {name}")
@@ -308,6 +321,9 @@ def load(
     if cfg.get("source.reconnect-timeout") < 0:
         raise ConfigError(f"source.reconnect-timeout is {cfg.get('source.reconnect-timeout')}; binlake needs "
                           "0 (no reconnecting) or more seconds: fix source.reconnect-timeout")
+    tls = Tls.of(cfg.connection()).problem()
+    if tls:
+        raise ConfigError(tls)
     for name in ("snapshot.chunk-size", "snapshot.parallelism", "snapshot.group-size"):
         if cfg.get(name) < 1:
             raise ConfigError(f"{name} is {cfg.get(name)}; binlake needs a number >= 1: fix {name}")

@@ -17,6 +17,7 @@ import pymysql
 
 from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
+from binlake.source.connection import encryption, settings, tls_refusal
 from binlake.source.dialect import Dialect, registered_replicas
 
 log = logging.getLogger(__name__)
@@ -338,26 +339,38 @@ def _source_problem(cfg: Config, what: str, exc: Exception) -> str:
     # would mangle the whole line, and is no secret worth the garbling.
     if len(settings["password"]) >= 4:
         reason = reason.replace(settings["password"], MASK)
+    certificate = " (or, for an account that requires a client certificate, source.tls.cert and source.tls.key)"
     return (
         f"{what} source.hostname={settings['host']} source.port={settings['port']} as "
         f"source.username={settings['user']} ({reason}); binlake needs a reachable server that accepts "
         "these credentials: fix source.hostname, source.port, source.username or source.password"
+        + (certificate if exc.args and exc.args[0] == 1045 else "")
     )
 
 
 def check(cfg: Config) -> list[str]:
     """One line per problem with the source setup; an empty list means binlake can run."""
+    return inspect(cfg)[0]
+
+
+def inspect(cfg: Config) -> tuple[list[str], str | None]:
+    """The check's problems, and how the connection is encrypted ("TLSv1.3 <cipher>"; None: it is not)."""
+    params = cfg.connection()
     try:
-        conn = pymysql.connect(**cfg.connection(), charset="utf8mb4")
+        conn = pymysql.connect(**settings(params), charset="utf8mb4")
     except pymysql.MySQLError as exc:
-        return [_source_problem(cfg, "cannot connect to", exc)]
+        refused = tls_refusal(params, exc)
+        if refused:
+            return [f"cannot connect to source.hostname={params['host']} source.port={params['port']}: {refused}"], None
+        return [_source_problem(cfg, "cannot connect to", exc)], None
     try:
         facts = SourceFacts.read(conn)
         replicas = registered_replicas(conn)
+        encrypted = encryption(conn)
     except pymysql.MySQLError as exc:
-        return [_source_problem(cfg, "cannot read the setup of", exc)]
+        return [_source_problem(cfg, "cannot read the setup of", exc)], None
     finally:
         conn.close()
     log.info("source %s is %s, account %s", cfg.get("source.hostname"), facts.version, facts.account)
     ids = server_id_problem(cfg.server_ids, cfg.get("source.server-id"), replicas)
-    return problems(facts, cfg.tables) + ([ids] if ids else [])
+    return problems(facts, cfg.tables) + ([ids] if ids else []), encrypted

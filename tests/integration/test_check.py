@@ -32,7 +32,7 @@ def no_config_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CLI reads BINLAKE_* variables; a developer's exported ones must not change these tests."""
     for section, keys in config.SCHEMA.items():
         for key in keys:
-            monkeypatch.delenv(f"BINLAKE_{section}_{key}".upper().replace("-", "_"), raising=False)
+            monkeypatch.delenv(f"BINLAKE_{section}_{key}".upper().replace("-", "_").replace(".", "_"), raising=False)
 
 
 def cfg_for(port: int | None, user: str = "root", password: str = "",

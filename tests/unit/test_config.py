@@ -46,7 +46,8 @@ snapshot:
 def test_yaml_file_with_defaults_for_the_rest(tmp_path: Path) -> None:
     cfg = config.load(write(tmp_path, SAMPLE), env={"BINLAKE_SOURCE_PASSWORD": SECRET})
     assert cfg.connection() == {"host": "db.internal", "port": 3307, "user": "cdc", "password": SECRET,
-                                "connect_timeout": 10, "read_timeout": 60}
+                                "connect_timeout": 10, "read_timeout": 60,
+                                "tls": {"mode": "preferred", "ca": None, "cert": None, "key": None}}
     assert cfg.tables == [r"shop\.orders", r"shop\.customer.*"]
     assert cfg.chunk_size == 500
     assert cfg.parallelism == config.SCHEMA["snapshot"]["parallelism"][1]
@@ -199,7 +200,7 @@ def readme_config_table() -> str:
                 shown = "(empty)"
             else:
                 shown = f"`{default}`"
-            env = f"BINLAKE_{section}_{key}".upper().replace("-", "_")
+            env = f"BINLAKE_{section}_{key}".upper().replace("-", "_").replace(".", "_")
             rows.append(f"| `{section}.{key}` | {shown} | `{env}` | {description} |")
     return "\n".join(rows)
 

@@ -1,5 +1,6 @@
 """Connections to the source: every connection binlake opens to the server takes its settings here
-(metadata and chunk SELECTs through PyMySQL or mysqlclient, binlog reads through mysql-replication).
+(metadata and chunk SELECTs through PyMySQL or mysqlclient, binlog reads through mysql-replication),
+TLS included (`binlake.source.tls`).
 
 Every connection has a read timeout (`source.read-timeout`): a connection whose peer vanished without
 closing it (a half-open TCP connection) fails after that many seconds instead of hanging forever.
@@ -13,18 +14,24 @@ from typing import Any
 import pymysql
 
 from binlake.errors import RuntimeFailure
+from binlake.source import tls
+from binlake.source.tls import Tls
 
 DEFAULT_READ_TIMEOUT = 60
 
 
-def settings(params: dict[str, Any]) -> dict[str, Any]:
-    """PyMySQL's connection arguments from binlake's connection parameters (`Config.connection`);
-    mysql-replication takes the same."""
+def _basics(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "host": params["host"], "port": int(params["port"]), "user": params["user"], "password": params["password"],
         "connect_timeout": int(params.get("connect_timeout", 10)),
         "read_timeout": int(params.get("read_timeout") or DEFAULT_READ_TIMEOUT),
     }
+
+
+def settings(params: dict[str, Any]) -> dict[str, Any]:
+    """PyMySQL's connection arguments from binlake's connection parameters (`Config.connection`);
+    mysql-replication takes the same."""
+    return {**_basics(params), **Tls.of(params).pymysql_args(params["host"], int(params["port"]))}
 
 
 def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection:
@@ -36,9 +43,18 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
     try:
         conn = pymysql.connect(**settings(params), autocommit=True, charset="utf8mb4",
                                init_command="SET time_zone = '+00:00'", **kw)
-    except pymysql.err.OperationalError as exc:
+    except pymysql.err.MySQLError as exc:
         raise cannot_connect(params, exc) from None
+    tls.learn(params["host"], int(params["port"]), conn)
     return conn
+
+
+def encryption(conn: Any) -> str | None:
+    """The connection's TLS version and cipher ("TLSv1.3 TLS_AES_256_GCM_SHA384"), or None: not encrypted."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')")
+        found = {name: value for name, value in cur.fetchall()}
+    return f"{found.get('Ssl_version')} {found['Ssl_cipher']}" if found.get("Ssl_cipher") else None
 
 
 def timed_out(exc: BaseException) -> bool:
@@ -49,17 +65,52 @@ def timed_out(exc: BaseException) -> bool:
 def cannot_connect(params: dict[str, Any], exc: Exception) -> RuntimeFailure:
     """One line naming the settings to check; the server's message (which may quote input) stays out."""
     code = exc.args[0] if exc.args else "?"
+    who = f"{params['user']}@{params['host']}:{params['port']}"
+    refused = tls_refusal(params, exc)
+    if refused:
+        return RuntimeFailure(f"cannot connect to {who}: {refused}")
+    if code == 1045:
+        return RuntimeFailure(
+            f"cannot connect to {who}: the server refused the user name or password (MySQL error 1045); check "
+            "source.username and source.password (and, for an account that requires a client certificate, "
+            "source.tls.cert and source.tls.key)"
+        )
     if timed_out(exc):  # a server, or a network path, that answers nothing
         return RuntimeFailure(
-            f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}: no answer "
+            f"cannot connect to {who} (MySQL error {code}: no answer "
             f"within source.connect-timeout={params.get('connect_timeout', 10)}s / source.read-timeout="
             f"{params.get('read_timeout') or DEFAULT_READ_TIMEOUT}s); check that the server is up and the "
             "network path to it passes data, or raise those timeouts"
         )
     return RuntimeFailure(
-        f"cannot connect to {params['user']}@{params['host']}:{params['port']} (MySQL error {code}); "
+        f"cannot connect to {who} (MySQL error {code}); "
         "check source.hostname, source.port, source.username and source.password"
     )
+
+
+def tls_refusal(params: dict[str, Any], exc: BaseException) -> str | None:
+    """Why TLS kept a connection from opening, naming the setting to change; None: not TLS."""
+    t = Tls.of(params)
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    text = " ".join(map(str, exc.args))
+    if code == 3159 or "insecure transport" in text:
+        return (f"the server accepts only encrypted connections (MySQL error 3159) and source.tls.mode is "
+                f"{t.mode}: set source.tls.mode to required, verify-ca or verify-identity")
+    if code == 1045 and t.mode == "disabled":  # MariaDB refuses a plain login to a TLS-only server this way
+        return ("the server refused the login over a plain connection (MySQL error 1045): either the server "
+                "accepts only encrypted connections or the password is wrong; set source.tls.mode to required "
+                "or stricter, or check source.username and source.password")
+    if "mismatch" in text and ("hostname" in text.lower() or "IP address" in text):
+        return (f"the server's certificate does not name {params['host']} (source.tls.mode=verify-identity); "
+                "connect by a name the certificate holds (source.hostname), or set source.tls.mode=verify-ca")
+    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text:
+        signer = "the CA in source.tls.ca" if t.ca else "a CA this machine trusts (no source.tls.ca set)"
+        return (f"the server's certificate is not signed by {signer} (source.tls.mode={t.mode}); set "
+                "source.tls.ca to the CA that signed the server's certificate")
+    if "doesn't support" in text and "SSL" in text or code == 2026:
+        return (f"source.tls.mode is {t.mode} but the server offers no TLS (MySQL error {code or 2026}); "
+                "enable TLS on the server, or set source.tls.mode=preferred")
+    return None
 
 
 def bulk_connect(params: dict[str, Any]) -> Any:
@@ -70,10 +121,13 @@ def bulk_connect(params: dict[str, Any]) -> Any:
         import MySQLdb
     except ImportError:
         return connect(params)
+    args = Tls.of(params).mysqlclient_args(params["host"], int(params["port"]))
+    if args is None:
+        return connect(params)
     try:
-        return MySQLdb.connect(**settings(params), autocommit=True, charset="utf8mb4",
+        return MySQLdb.connect(**_basics(params), **args, autocommit=True, charset="utf8mb4",
                                init_command="SET time_zone = '+00:00'")
-    except MySQLdb.OperationalError as exc:
+    except MySQLdb.MySQLError as exc:
         raise cannot_connect(params, exc) from None
 
 
