@@ -120,6 +120,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     "databricks": {
         "secret-scope": (_opt_str, None, "secret scope holding the source password"),
         "secret-key": (_opt_str, None, "secret key of the source password"),
+        "tls-ca-secret-key": (_opt_str, None, "secret key, in the same scope, holding the PEM text of the CA "
+                              "that `source.tls.ca` names (instead of a file)"),
     },
 }
 

@@ -53,3 +53,27 @@ def test_nested_yaml_and_environment(tmp_path: Path) -> None:
     path.write_text("source:\n  tls:\n    mod: required\n")
     with pytest.raises(config.ConfigError, match="unknown configuration key 'source.tls.mod'.*source.tls.mode"):
         config.load(path, env={})
+
+
+def test_on_databricks_the_ca_can_come_from_the_secret_scope() -> None:
+    from binlake.databricks.entrypoints import load_with_secret
+
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    reads: list[tuple[str, str]] = []
+
+    class Secrets:
+        def get(self, scope: str, key: str) -> str:
+            reads.append((scope, key))
+            return {"pw": "s3cr3t", "ca": pem}[key]
+
+    class DbUtils:
+        secrets = Secrets()
+
+    cfg = load_with_secret(["databricks.secret-scope=binlake", "databricks.secret-key=pw",
+                            "databricks.tls-ca-secret-key=ca", "source.tls.mode=verify-ca"], lambda: DbUtils())
+    assert cfg.get("source.tls.ca") == pem and cfg.get("source.password") == "s3cr3t"
+    assert sorted(reads) == [("binlake", "ca"), ("binlake", "pw")]
+    assert Tls.of(cfg.connection()).ca_text
+    with pytest.raises(config.ConfigError, match="both set"):
+        load_with_secret(["databricks.secret-scope=binlake", "databricks.tls-ca-secret-key=ca",
+                          "source.tls.mode=verify-ca", "source.tls.ca=/etc/ca.pem"], lambda: DbUtils())

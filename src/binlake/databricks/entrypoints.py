@@ -188,14 +188,28 @@ def load_config(ns: argparse.Namespace, dbutils: Callable[[], DbUtils]) -> confi
 def load_with_secret(
     overrides: list[str], dbutils: Callable[[], DbUtils], *, flag_hint: bool = False
 ) -> config_mod.Config:
-    """`config.load(None, overrides)`, then the password from databricks.secret-scope/secret-key.
+    """`config.load(None, overrides)`, then the password from databricks.secret-scope/secret-key, and
+    the TLS CA from databricks.tls-ca-secret-key when it is set.
 
     `dbutils` is called only when a scope and key are set, so nothing asks Databricks for a secret
     locally. Without them the password comes from BINLAKE_SOURCE_PASSWORD (or stays empty).
     """
     cfg = config_mod.load(None, overrides)
     scope, key = cfg.get("databricks.secret-scope"), cfg.get("databricks.secret-key")
+    ca_key = cfg.get("databricks.tls-ca-secret-key")
+    if ca_key and not scope:
+        raise ConfigError("databricks.tls-ca-secret-key is set but databricks.secret-scope is not; binlake reads "
+                          "the CA from that scope: set databricks.secret-scope")
+    if ca_key and cfg.get("source.tls.ca"):
+        raise ConfigError("databricks.tls-ca-secret-key and source.tls.ca are both set; binlake needs one CA: "
+                          "unset one of them")
+    if ca_key:
+        ca = _read_secret(dbutils(), str(scope), str(ca_key))
+        overrides = [*overrides, f"source.tls.ca={json.dumps(ca)}"]
+        cfg = config_mod.load(None, overrides)
     if not scope and not key:
+        return cfg
+    if not key and ca_key:
         return cfg
     if not scope or not key:
         have, missing = ("secret-scope", "secret-key") if scope else ("secret-key", "secret-scope")
