@@ -57,7 +57,7 @@ class Context:
             from binlake.spark.session import get_spark
             from binlake.spark.sources import register
 
-            self.spark = get_spark(self.cfg.parallelism)
+            self.spark = get_spark(self.cfg.parallelism, log_file=self.target.spark_log)
             register(self.spark)
         return self.spark
 

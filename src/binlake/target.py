@@ -84,3 +84,8 @@ class Target:
     @property
     def stream_progress(self) -> Path:
         return self.root / "_binlake" / "stream.json"
+
+    @property
+    def spark_log(self) -> Path:
+        """Where Spark's own error reports go (binlake prints one line per failure; the traces are here)."""
+        return self.root / "_binlake" / "spark.log"

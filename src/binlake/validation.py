@@ -37,6 +37,14 @@ _REQUIRED_VARIABLES: dict[str, tuple[str, str]] = {
     "binlog_row_metadata": ("FULL", _dynamic_fix("binlog_row_metadata", "FULL")),
 }
 
+# MySQL variables that write row changes in forms binlake refuses when it meets them in the binlog
+# (binlake.source.binlog_reader): variable -> (value refused, what it does)
+_REFUSED_VARIABLES: dict[str, tuple[str, str]] = {
+    "binlog_transaction_compression": ("ON", "compresses each transaction, which binlake cannot read yet"),
+    "binlog_row_value_options": ("PARTIAL_JSON", "logs only the changed part of a JSON value, which binlake "
+                                 "does not apply yet"),
+}
+
 # MySQL's exact chunk read settles its low watermark by waiting for GTIDs (binlake.source.dialect), so
 # it needs gtid_mode=ON; MariaDB reads chunks in a consistent snapshot and has no gtid_mode. gtid_mode
 # rises one step at a time, and only to ON once no anonymous transaction is running.
@@ -169,7 +177,7 @@ class SourceFacts:
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION(), CURRENT_USER()")
             version, current_user = cur.fetchone() or ("", "")
-            names = ", ".join(f"'{v}'" for v in (*_REQUIRED_VARIABLES, "gtid_mode"))
+            names = ", ".join(f"'{v}'" for v in (*_REQUIRED_VARIABLES, *_REFUSED_VARIABLES, "gtid_mode"))
             cur.execute(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
             variables = {str(name): str(value) for name, value in cur.fetchall()}
             cur.execute("SHOW GRANTS")
@@ -216,6 +224,10 @@ def _variable_problems(facts: SourceFacts) -> list[str]:
             )
         elif found.upper() != needed:
             out.append(f"{name} is {found}; binlake needs {needed}: {fix}")
+    for name, (refused, why) in _REFUSED_VARIABLES.items():
+        if (facts.variables.get(name) or "").upper() == refused:
+            empty = "OFF" if refused == "ON" else ""
+            out.append(f"{name} is {refused}, which {why}; binlake needs '{empty}': {_dynamic_fix(name, empty)}")
     return out
 
 

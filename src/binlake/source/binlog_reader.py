@@ -18,8 +18,10 @@ from typing import Any, Literal
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.json_binary import JsonDiff
+from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent,
+                                     XidEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
@@ -84,8 +86,12 @@ def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinL
         log_pos=start.pos,
         resume_stream=True,
         blocking=False,
-        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, GtidEvent, MariadbGtidEvent,
-                     RotateEvent, XidEvent, QueryEvent],
+        # the library matches classes exactly: a partial update (PARTIAL_JSON) must be asked for, and an
+        # event it cannot decode (a compressed transaction) arrives as NotImplementedEvent, not at all
+        # when left out -- which would lose its rows without a word
+        only_events=[WriteRowsEvent, UpdateRowsEvent, PartialUpdateRowsEvent, DeleteRowsEvent, GtidEvent,
+                     MariadbGtidEvent, RotateEvent, XidEvent, QueryEvent, NotImplementedEvent],
+        filter_non_implemented_events=False,
         # is_mariadb=True would make the library ignore log_file/log_pos and start from a GTID state;
         # MariaDB GTID events still arrive (the library always sets @mariadb_slave_capability=4).
         is_mariadb=False,
@@ -260,6 +266,10 @@ def read_changes(
                         txn_start, in_txn = here, True
                 elif here < done:
                     continue  # yielded before the connection was lost
+                elif isinstance(event, NotImplementedEvent):
+                    if event.event_type == TRANSACTION_PAYLOAD_EVENT:
+                        raise RuntimeFailure(compressed_message(here))
+                    continue  # anonymous or tagged GTIDs, heartbeats: no rows
                 elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                     if wanted(event.schema, event.table):
                         if ddl:
@@ -316,11 +326,14 @@ def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder)
     table = f"{event.schema}.{event.table}"
     ts = int(event.timestamp)
     update = isinstance(event, UpdateRowsEvent)
-    images = fast.images(event, update)
+    partial = isinstance(event, PartialUpdateRowsEvent)
+    images = None if partial else fast.images(event, update)
     if images is None:  # a shape the generated decoder leaves to mysql-replication
         times = [c.name for c in getattr(event, "columns", []) if c.type == FIELD_TYPE.TIME2]
         images = [(_image(row, "before_", times), _image(row, "after_", times)) if update else _image(row, "", times)
                   for row in event.rows]
+    if partial:
+        images = [(before, _whole_json(before, after, table, BinlogPosition(file, begin))) for before, after in images]
     insert = isinstance(event, WriteRowsEvent)
     for i, image in enumerate(images):
         if update:
@@ -329,6 +342,36 @@ def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder)
             yield RowChange(table, "c", None, image, file, begin, i, ts, gtid)
         else:
             yield RowChange(table, "d", image, None, file, begin, i, ts, gtid)
+
+
+SAME_AS_BEFORE = object()  # a JSON column a partial update left alone
+TRANSACTION_PAYLOAD_EVENT = 40  # a compressed transaction (binlog_transaction_compression=ON)
+
+
+def compressed_message(at: BinlogPosition) -> str:
+    return (
+        f"the binlog holds a compressed transaction at {at} (binlog_transaction_compression=ON), which binlake "
+        "cannot read yet, and skipping it would lose its changes; turn it off on the server (SET GLOBAL "
+        "binlog_transaction_compression=OFF, and in any session that sets it), then take a new snapshot: delete the "
+        "target, or run binlake resnapshot for each captured table"
+    )
+
+
+def _whole_json(before: dict[str, Any], after: dict[str, Any], table: str, at: BinlogPosition) -> dict[str, Any]:
+    """A partial update's after image with whole JSON values: a JSON column the update left alone comes
+    as "same as before"; one it changed in place comes as a diff, which binlake refuses."""
+    whole = dict(after)
+    for name, value in after.items():
+        if isinstance(value, JsonDiff):
+            raise RuntimeFailure(
+                f"{table} has a partial JSON update at {at} (binlog_row_value_options=PARTIAL_JSON): the binlog holds "
+                f"only the change to column {name}, which binlake does not apply yet; set binlog_row_value_options='' "
+                "on the server (SET GLOBAL, and in any session that sets it), then run binlake resnapshot for "
+                f"{table}"
+            )
+        if value is SAME_AS_BEFORE:
+            whole[name] = before.get(name)
+    return whole
 
 
 def _image(row: dict[str, Any], prefix: str, times: list[str]) -> dict[str, Any]:
@@ -343,6 +386,8 @@ def _image(row: dict[str, Any], prefix: str, times: list[str]) -> dict[str, Any]
     for k, why in row.get(f"{prefix}none_sources", {}).items():
         if why == NONE_SOURCE.EMPTY_SET:
             values[k] = set()
+        elif why == NONE_SOURCE.JSON_PARTIAL_UPDATE:
+            values[k] = SAME_AS_BEFORE
     for k in times:
         v = values.get(k)
         if isinstance(v, dt.timedelta) and v < dt.timedelta(0):

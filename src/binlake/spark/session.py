@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -36,10 +37,13 @@ def log_option() -> str:
     return f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"
 
 
-def java_options() -> str:
-    """The local JVM's options: binlake's logging, and the class archive when there is one (one made
-    by another Java build or for other jars is ignored)."""
+def java_options(log_file: Path | None = None) -> str:
+    """The local JVM's options: binlake's logging (Spark's task failures to `log_file`), and the class
+    archive when there is one (one made by another Java build or for other jars is ignored)."""
     options = [log_option()]
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        options.append(f"-Dbinlake.spark.log={log_file}")
     archive = archive_path()
     if archive.is_file():
         options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
@@ -54,8 +58,9 @@ def submit_args(java: str) -> str:
             f"--driver-java-options {shlex.quote(java)} pyspark-shell")
 
 
-def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[no-untyped-def]
-    """The active session if there is one (Databricks, tests), else a local one with Delta."""
+def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | None = None):  # type: ignore[no-untyped-def]
+    """The active session if there is one (Databricks, tests), else a local one with Delta, whose
+    Spark errors about failed tasks go to `log_file` (binlake reports each failure in one line)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
@@ -63,7 +68,9 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake"):  # type: ignore[
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(java_options()))
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(java_options(log_file)))
+    # py4j logs a foreachBatch function's exception with its traceback; binlake reports it in one line
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     builder = (
         SparkSession.builder.master(f"local[{max(1, parallelism)}]")
         .appName(app_name)
