@@ -107,7 +107,8 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "startup-mode": (_choice(*STARTUP_MODES), "initial",
                          "`initial` (snapshot, then stream), `snapshot` (snapshot only), or stream without a "
                          "snapshot from `latest`, `earliest`, `specific` (a position) or `timestamp`"),
-        "startup-position": (_opt_str, None, "`file:position` or a MariaDB GTID position where startup mode `specific` starts"),
+        "startup-position": (_opt_str, None, "`file:position`, a MySQL GTID set or a MariaDB GTID position where startup mode "
+                             "`specific` starts"),
         "startup-timestamp": (_opt_int, None, "Unix seconds from which startup mode `timestamp` streams"),
         "schema-changes": (_choice(*SCHEMA_CHANGES), "evolve",
                            "a captured table's columns change: `evolve` (silver adds, drops, renames, widens "

@@ -6,7 +6,10 @@
 - `latest`: no snapshot; stream from the server's head when the stream first starts;
 - `earliest`: no snapshot; stream from the start of the oldest binlog file on the server;
 - `specific`: no snapshot; stream from `stream.startup-position`: `file:position` (a transaction
-  boundary such as `SHOW MASTER STATUS` printed), or on MariaDB a GTID position `domain-server-seq`
+  boundary such as `SHOW BINARY LOG STATUS` printed); on MySQL a GTID set (`@@gtid_executed`), from
+  the newest binlog file that every transaction before is in the set, skipping the set's own
+  transactions wherever they lie after it (as a replica with auto-positioning does); or on
+  MariaDB a GTID position `domain-server-seq`
   per domain (`0-1-42,1-7-3`, as `@@gtid_binlog_pos` prints it) naming the last transaction already
   had: the stream starts at the first later transaction of a named domain and skips the named
   domains' transactions up to those numbers wherever they lie after it (domains interleave in the
@@ -31,6 +34,9 @@ from binlake.config import Config
 from binlake.source.dialect import Dialect
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogPosition
+from binlake.source.gtids import contains, covers, is_mysql_state, parse_mariadb, parse_mysql
+
+__all__ = ["contains", "parse_position", "resolve", "validate"]
 
 MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
 SNAPSHOT_MODES = ("initial", "snapshot")
@@ -40,7 +46,7 @@ SNAPSHOT_MODES = ("initial", "snapshot")
 class Start:
     position: BinlogPosition
     since: int | None = None  # only changes written at or after this Unix time
-    applied: dict[str, int] | None = None  # per GTID domain, the last sequence number already had
+    applied: dict[str, Any] | None = None  # the GTIDs already had (binlake.source.gtids)
 
     def to_dict(self) -> dict[str, Any]:
         return {"position": self.position.to_dict(), "since": self.since, "applied": self.applied}
@@ -51,46 +57,23 @@ class Start:
 
 
 _GTID = re.compile(r"(\d+)-(\d+)-(\d+)")
-_GTID_LIST = re.compile(r"\s*\d+-\d+-\d+(?:\s*,\s*\d+-\d+-\d+)*\s*")
-_MYSQL_GTID_SET = re.compile(r"\s*[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-.*:.*")
 
 
-def parse_gtids(text: str) -> dict[str, int] | None:
-    """`0-1-42,1-7-3` -> {"0": 42, "1": 3} (domain -> sequence number); None for anything else."""
-    if not _GTID_LIST.fullmatch(text):
-        return None
-    applied: dict[str, int] = {}
-    for domain, _server, seq in _GTID.findall(text):
-        if domain in applied:
-            raise ConfigError(f"stream.startup-position {text!r} names GTID domain {domain} twice; binlake needs one "
-                              "GTID per domain, as @@gtid_binlog_pos prints it: fix stream.startup-position")
-        applied[domain] = int(seq)
-    return applied
-
-
-def contains(applied: dict[str, int], gtid: str | None) -> bool:
-    """Whether the transaction `gtid` (domain-server-seq) is one of those `applied` names as had."""
-    m = _GTID.fullmatch(gtid or "")
-    return m is not None and m.group(1) in applied and int(m.group(3)) <= applied[m.group(1)]
-
-
-def parse_position(text: str) -> BinlogPosition | dict[str, int]:
-    """A `file:position`, or a MariaDB GTID position as {domain: sequence number}."""
-    if _MYSQL_GTID_SET.fullmatch(text):
-        raise ConfigError(
-            f"stream.startup-position is the MySQL GTID set {text!r}; binlake starts from a GTID position on "
-            "MariaDB only: give the 'file:position' that set ends at (SHOW MASTER STATUS on the source, or "
-            "SHOW BINLOG EVENTS), in stream.startup-position"
-        )
-    gtids = parse_gtids(text)
+def parse_position(text: str) -> BinlogPosition | dict[str, Any]:
+    """A `file:position`, a MariaDB GTID position ({domain: sequence number}) or a MySQL GTID set
+    ({uuid: intervals}), see `binlake.source.gtids`."""
+    gtids = parse_mariadb(text)
+    if gtids is None:
+        gtids = parse_mysql(text)  # type: ignore[assignment]
     if gtids is not None:
         return gtids
     file, sep, pos = text.rpartition(":")
     if not sep or not pos.isdigit() or not file:
         raise ConfigError(
             f"stream.startup-position is {text!r}; binlake needs 'file:position' such as mysql-bin.000003:1234 "
-            "(as SHOW MASTER STATUS prints it) or a MariaDB GTID position such as 0-1-42 (as @@gtid_binlog_pos "
-            "prints it): fix stream.startup-position"
+            "(as SHOW BINARY LOG STATUS prints it), a MariaDB GTID position such as 0-1-42 (as @@gtid_binlog_pos "
+            "prints it) or a MySQL GTID set such as 3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42 (as "
+            "@@gtid_executed prints it): fix stream.startup-position"
         )
     return BinlogPosition(file, int(pos))
 
@@ -124,10 +107,16 @@ def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
         position = parse_position(cfg.get("stream.startup-position"))
         files = binlog_files(conn)
         if isinstance(position, dict):
-            if not dialect.is_mariadb:
-                raise ConfigError("stream.startup-position is a MariaDB GTID position but the source is MySQL; "
-                                  "binlake needs 'file:position' there: fix stream.startup-position")
-            start = Start(gtid_start(conn, position, cfg.get("stream.startup-position")), applied=position)
+            text = cfg.get("stream.startup-position")
+            mysql_set = is_mysql_state(position)
+            if mysql_set == dialect.is_mariadb:
+                given, server, needed = (("a MySQL GTID set", "MariaDB", "a MariaDB GTID position (@@gtid_binlog_pos)")
+                                         if mysql_set else
+                                         ("a MariaDB GTID position", "MySQL", "a GTID set (@@gtid_executed)"))
+                raise ConfigError(f"stream.startup-position is {given} but the source is {server}; binlake needs "
+                                  f"'file:position' or {needed} there: fix stream.startup-position")
+            found = mysql_gtid_start(conn, position, text) if mysql_set else gtid_start(conn, position, text)
+            start = Start(found, applied=position)
         elif position.file not in files:
             raise ConfigError(
                 f"stream.startup-position {position} names binlog file {position.file}, which the server does not "
@@ -222,3 +211,30 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
                 break
             pos = int(rows[-1][4])  # End_log_pos of the last event: where the next one starts
     return binlog_head(conn)
+
+
+def _previous_gtids(conn: Any, file: str) -> dict[str, list[list[int]]]:
+    """The GTID set written before `file` (its Previous_gtids event)."""
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
+        rows = cur.fetchall()
+    for row in rows:
+        if row[2] == "Previous_gtids":
+            return parse_mysql(str(row[5])) or {}
+    return {}
+
+
+def mysql_gtid_start(conn: Any, applied: dict[str, list[list[int]]], text: str) -> BinlogPosition:
+    """The start of the newest binlog file whose earlier transactions are all in the GTID set
+    `applied`: every transaction the set lacks is at or after it."""
+    from binlake.source.dialect import binlog_files
+
+    files = binlog_files(conn)
+    for file in reversed(files):
+        if covers(applied, _previous_gtids(conn, file)):
+            return BinlogPosition(file, 4)
+    raise ConfigError(
+        f"stream.startup-position {text} lacks transactions of the oldest binlog file on the server ({files[0]} "
+        f"comes after {_previous_gtids(conn, files[0])}): they are purged; binlake cannot start there without "
+        "losing changes: use startup-mode initial (a snapshot), or a later GTID set"
+    )

@@ -79,8 +79,7 @@ def test_specific_gtid_position_starts_after_it_in_every_named_domain(dev_db, da
     starts at domain 0's first later transaction and skips domain 1's transactions up to the one
     named, though they lie after that start."""
     if dev_db.server != "mariadb":
-        # MySQL's counterpart, a GTID set (uuid:1-42), is refused by stream.startup-position for now
-        pytest.skip("GTID domains are MariaDB's; binlake does not yet start from a MySQL GTID set")
+        pytest.skip("GTID domains are MariaDB's; MySQL's GTID set is the next test")
     port = dev_db.running_port()
     with dev_db.connect(database) as conn:
         purge_up_to_now(conn)
@@ -115,6 +114,46 @@ def test_specific_gtid_position_starts_after_it_in_every_named_domain(dev_db, da
                                                                           "1": int(had[1].split("-")[2])}
 
 
+def test_specific_mysql_gtid_set_streams_what_the_set_lacks_and_resumes(dev_db, database, spark,  # type: ignore[no-untyped-def]
+                                                                        tmp_path: Path) -> None:
+    """The set holds every transaction up to one update, and one later update: the stream starts at
+    the newest binlog file whose earlier transactions are all in the set, skips the later one the set
+    holds, and a restart goes on from its checkpoint with the same set."""
+    if dev_db.server != "mysql":
+        pytest.skip("GTID sets are MySQL's; MariaDB's GTID position is the test before")
+    port = dev_db.running_port()
+    with dev_db.connect(database) as conn:
+        purge_up_to_now(conn)
+    create_table(port, database, 30)
+
+    def update(cur, row: int, v: str) -> str:  # type: ignore[no-untyped-def]
+        cur.execute(f"UPDATE t SET v = '{v}' WHERE id = {row}")
+        cur.execute("SELECT @@global.gtid_executed")
+        return str(cur.fetchone()[0]).replace("\n", "")
+
+    with dev_db.connect(database) as conn, conn.cursor() as cur:
+        had = update(cur, 1, "had")
+        cur.execute("FLUSH BINARY LOGS")  # the next file's Previous_gtids is `had`
+        update(cur, 2, "new")
+        later = update(cur, 3, "had later")
+        update(cur, 4, "new too")
+    uuid, _, last = later.rpartition("-")  # `had` ends at n, `later` at n + 2: the set is 1-n and n + 2
+    gtid_set = f"{had},{uuid.split(':')[0]}:{last}"
+    path = write_config(tmp_path / "gtid.yml", port, database, tmp_path / "gtid", chunk_size=50, group_size=4)
+    cfg = load(path, ["stream.startup-mode=specific", f"stream.startup-position={gtid_set}"])
+    run(cfg, until_caught_up=True)
+    location = Target.of(cfg).silver(f"{database}.t").location
+    assert [r[0] for r in silver_rows(spark, location)] == [2, 4]
+    start = json.loads(Target.of(cfg).stream_start.read_text())
+    assert start["position"]["pos"] == 4 and start["applied"] == parse_position(gtid_set)
+    with dev_db.connect(database) as conn, conn.cursor() as cur:
+        update(cur, 5, "after the restart")
+    run(cfg, until_caught_up=True)
+    rows = silver_rows(spark, location)
+    assert [r[0] for r in rows] == [2, 4, 5]
+    assert rows == [r for r in source_rows(port, database) if r[0] in (2, 4, 5)]
+
+
 def test_startup_settings_refused_with_the_fix(dev_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ConfigError, match=r"stream.startup-mode is 'newest'.*'latest'"):
         load(None, ["stream.startup-mode=newest"])
@@ -128,8 +167,13 @@ def test_startup_settings_refused_with_the_fix(dev_db, tmp_path: Path) -> None: 
     with pytest.raises(ConfigError, match=r"names GTID domain 0 twice"):
         parse_position("0-1-42,0-2-50")
     assert contains({"0": 42}, "0-9-42") and not contains({"0": 42}, "0-1-43") and not contains({"0": 42}, "1-1-5")
-    with pytest.raises(ConfigError, match=r"the MySQL GTID set .*MariaDB only.*'file:position'"):
-        parse_position("3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5")
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    assert parse_position(f"{uuid.upper()}:1-5:7:6, {uuid}:tag:3") == {uuid: [[1, 7]], f"{uuid}:tag": [[3, 3]]}
+    assert contains({uuid: [[1, 7]]}, f"{uuid}:7") and not contains({uuid: [[1, 7]]}, f"{uuid}:8")
+    assert contains({f"{uuid}:tag": [[3, 3]]}, f"{uuid}:tag:3") and not contains({uuid: [[1, 7]]}, f"{uuid}:tag:3")
+    cfg = load(None, ["stream.startup-mode=specific", f"stream.startup-position={uuid}:1-5"])
+    with pytest.raises(ConfigError, match=r"is a MySQL GTID set but the source is MariaDB"):
+        resolve(cfg, connect(params(dev_db)), Dialect("mariadb", (10, 11, 0)), tmp_path / "start-mariadb.json")
     cfg = load(None, ["stream.startup-mode=specific", "stream.startup-position=0-1-999999999"])
     with pytest.raises(ConfigError, match=r"is a MariaDB GTID position but the source is MySQL"):
         resolve(cfg, connect(params(dev_db)), Dialect("mysql", (9, 7, 0)), tmp_path / "start-mysql.json")

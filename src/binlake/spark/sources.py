@@ -191,7 +191,7 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.source.connection import connect
         from binlake.splits import Split
         from binlake.evolution import marker_row
-        from binlake.startup import contains
+        from binlake.source.gtids import contains
 
         import pyarrow as pa
 
