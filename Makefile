@@ -21,7 +21,8 @@ bench: setup
 	.venv/bin/python bench/run.py
 
 # The long forms, on both servers; each prints its counts: the chunk oracle (20,000 reads) and its
-# mutation runs, the sustained-writes run 20 times with every fsync 20 ms slower, 200 random kills.
+# mutation runs, the sustained-writes run 20 times with every fsync 20 ms slower, 200 random kills,
+# the source killed mid-snapshot and mid-stream on both servers.
 soak: setup
 	BINLAKE_ORACLE_READS=$${BINLAKE_ORACLE_READS:-20000} BINLAKE_ORACLE_MUTATIONS=1 \
 		.venv/bin/python -m pytest -q -s tests/integration/test_chunk_oracle.py
@@ -29,6 +30,7 @@ soak: setup
 		.venv/bin/python -m pytest -q -s tests/integration/test_sustained_writes.py
 	BINLAKE_KILLS=$${BINLAKE_KILLS:-200} BINLAKE_KILL_SERVERS=mariadb,mysql \
 		.venv/bin/python -m pytest -q -s tests/integration/test_random_kills.py
+	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -s tests/integration/test_source_killed.py
 
 dev-db-stop:
 	-.venv/bin/binlake dev-db stop

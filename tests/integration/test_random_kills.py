@@ -4,7 +4,7 @@ the writers stop and one run catches up, silver equals the source.
 
 The kill times come from a seeded generator and are printed with any failure (and kept in
 `kills.log` in the test's folder), so a failing sequence can be replayed: BINLAKE_KILL_SEED=<seed>.
-`make test` runs BINLAKE_KILLS=6 on one server, chosen by the day of the year (even: MariaDB, odd:
+`make test` runs BINLAKE_KILLS=20 on one server, chosen by the day of the year (even: MariaDB, odd:
 MySQL) so both are covered on alternate days; BINLAKE_KILL_SERVERS=mariadb,mysql runs both, and
 `make soak` runs 200 kills on each.
 """
@@ -31,7 +31,7 @@ from ..conftest import SERVERS
 from .workload import (BINLAKE, CLI_ENV, ROOT, ReconnectingWriters, bronze_duplicates, create_table, silver_rows,
                        source_rows, write_config)
 
-KILLS = int(os.environ.get("BINLAKE_KILLS", "6"))
+KILLS = int(os.environ.get("BINLAKE_KILLS", "20"))
 ROWS = 20_000
 DDL_AT, RESTART_AT = KILLS // 3, (2 * KILLS) // 3
 

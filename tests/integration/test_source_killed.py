@@ -62,6 +62,7 @@ def _landed(spark: Any, path: str, name: str) -> int:
     return sum(s.landed for s in state.load(spark, path, 1).get(name, []))
 
 
+@pytest.mark.slow
 def test_source_killed_mid_snapshot_and_mid_stream(crash_safe: DevDb, spark: Any, tmp_path: Path) -> None:
     port = crash_safe.running_port()
     assert port is not None
