@@ -104,6 +104,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ended(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -236,15 +245,13 @@ class DevDb:
         return "MySQL" if self.server == "mysql" else "MariaDB"
 
     def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM, a clean shutdown; SIGKILL if it has not ended within `timeout` seconds."""
         pid = self.pid()
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.pid() is not None:
-            time.sleep(0.1)
-        if self.pid() is not None:
-            os.kill(pid, signal.SIGKILL)
+        if not _ended(pid, timeout):
+            self.kill()
 
     def kill(self, timeout: float = 60.0) -> None:
         """SIGKILL, as a crash would: no shutdown, so the next start runs the server's crash recovery."""
@@ -252,11 +259,8 @@ class DevDb:
         if pid is None:
             return
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + timeout
-        while _alive(pid):
-            if time.monotonic() > deadline:
-                raise RuntimeFailure(f"{self.label} (pid {pid}) outlived SIGKILL by {timeout:.0f}s")
-            time.sleep(0.05)
+        if not _ended(pid, timeout):
+            raise RuntimeFailure(f"{self.label} (pid {pid}) outlived SIGKILL by {timeout:.0f}s")
         self.pid_path.unlink(missing_ok=True)
 
     def status(self) -> str:
