@@ -8,7 +8,8 @@
 Left out of the events binlake asks for, both were skipped without a word: their rows were lost. Now
 a partial update that changed no JSON in place is read whole (the JSON it left alone is taken from
 the before image); a JSON diff and a compressed transaction stop the read with one line saying what
-to change. `binlake check` names both settings when they are on globally."""
+to change. `binlake check` names both settings when they are on globally. A tagged GTID (8.4+),
+which the library does not decode either, reaches the change as `uuid:tag:n`."""
 
 from __future__ import annotations
 
@@ -86,3 +87,15 @@ def test_check_names_both_settings(mysql: DevDb) -> None:
     assert any(p.startswith("binlog_transaction_compression is ON") for p in found), found
     assert any(p.startswith("binlog_row_value_options is PARTIAL_JSON") for p in found), found
     assert check(cfg) == []
+
+
+def test_a_tagged_gtid_reaches_the_change(mysql: DevDb, database: str) -> None:
+    """MySQL 8.4+ tags GTIDs (`uuid:tag:n`); mysql-replication leaves the tagged event undecoded."""
+    got = _changes(mysql, database, "INSERT INTO t VALUES (3, '[3]', 3)", "SET gtid_next = 'AUTOMATIC'",
+                   "INSERT INTO t VALUES (4, '[4]', 4)", session="SET gtid_next = 'AUTOMATIC:binlake_tag'")
+    with mysql.connect() as conn, conn.cursor() as cur:
+        cur.execute("SELECT @@server_uuid")
+        uuid = cur.fetchone()[0]
+    tagged, plain = got[0].gtid, got[1].gtid
+    assert tagged.startswith(f"{uuid}:binlake_tag:") and tagged.rsplit(":", 1)[1].isdigit(), tagged
+    assert plain.startswith(f"{uuid}:") and plain.count(":") == 1, plain
