@@ -44,9 +44,6 @@ class Tls:
         t = params.get("tls") or {}
         return cls(t.get("mode") or "preferred", t.get("ca"), t.get("cert"), t.get("key"))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "ca": self.ca, "cert": self.cert, "key": self.key}
-
     def problem(self) -> str | None:
         """What is wrong with the settings together, as the end of a one-line error; None: nothing."""
         if self.mode not in MODES:
