@@ -71,6 +71,8 @@ def test_a_compressed_transaction_stops_a_run_with_one_line(mysql: DevDb, databa
     done = run_cli("run", "-c", str(cfg), "--until-caught-up")
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("binlake:")]
     assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "\tat org.apache" not in done.stderr, "a JVM trace reached the console: " + done.stderr[-3000:]
+    assert "compressed transaction" in (tmp_path / "lake" / "_binlake" / "spark.log").read_text()
     assert "compressed transaction" in lines[0] and "binlog_transaction_compression=OFF" in lines[0], lines[0]
 
 
