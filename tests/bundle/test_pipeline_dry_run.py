@@ -320,5 +320,5 @@ def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Pa
         assert flow["keys"] == [f"Column<'{k}'>" for k in key]
         assert flow["sequence_by"] == "Column<'_seq'>"
         assert "_op = 'd'" in flow["apply_as_deletes"]
-        assert flow["except_column_list"] == [f"Column<'{c}'>" for c in ["_op", "_file", "_pos", "_gtid", "_chunk"]]
+        assert flow["except_column_list"] == [f"Column<'{c}'>" for c in ["_op", "_file", "_pos", "_gtid", "_chunk", "_lw"]]
         assert str(flow["stored_as_scd_type"]) == "1"
