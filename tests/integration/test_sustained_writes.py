@@ -130,3 +130,5 @@ def test_snapshot_under_sustained_writes_then_catch_up(busy_server: DevDb, spark
     splits = state.load(spark, target.split_state, 8)[name]
     assert splits and all(s.lw is not None and s.lw <= s.hw for s in splits), \
         "the split state does not keep each chunk's low watermark beside its high watermark"
+    print(f"sustained writes on {busy_server.server}, run {attempt}: {changed} changes during the snapshot of "
+          f"{ROWS} rows in {len(splits)} chunks; silver equals the source ({len(source)} rows)")
