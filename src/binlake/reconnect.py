@@ -33,7 +33,9 @@ LOST_CODES = frozenset({2003, 2006, 2013, 2055, 1053, 1152, 1927})
 def is_connection_lost(exc: BaseException) -> bool:
     # PyMySQL's and mysqlclient's OperationalError are different classes with the same arguments
     if type(exc).__name__ == "OperationalError" and exc.args and isinstance(exc.args[0], int):
-        return exc.args[0] in LOST_CODES
+        # over TLS, mysqlclient reports a connection cut mid-read as a TLS error (2026) with an EOF
+        eof = exc.args[0] == 2026 and "eof" in " ".join(map(str, exc.args[1:])).lower()
+        return exc.args[0] in LOST_CODES or eof
     # a packet cut short by the server going away surfaces as a socket or decoding error
     return isinstance(exc, (ConnectionError, socket.timeout, struct.error, pymysql.err.InterfaceError, EOFError))
 

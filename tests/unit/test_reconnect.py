@@ -18,6 +18,9 @@ def test_lost_connection_codes() -> None:
     assert not is_connection_lost(pymysql.err.OperationalError(1045, "Access denied"))
     assert not is_connection_lost(pymysql.err.OperationalError(1236, "Could not find first log file"))
     assert not is_connection_lost(ValueError("a bug"))
+    # mysqlclient over TLS: a cut mid-read is a TLS error with an EOF; a refused handshake is not lost
+    assert is_connection_lost(pymysql.err.OperationalError(2026, "TLS/SSL error: unexpected eof while reading"))
+    assert not is_connection_lost(pymysql.err.OperationalError(2026, "SSL connection error: SSL is required"))
 
 
 def test_retrying_rides_out_an_outage() -> None:

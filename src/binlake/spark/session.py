@@ -37,13 +37,10 @@ def log_option() -> str:
     return f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"
 
 
-def java_options(log_file: Path | None = None) -> str:
-    """The local JVM's options: binlake's logging (Spark's task failures to `log_file`), and the class
-    archive when there is one (one made by another Java build or for other jars is ignored)."""
+def java_options() -> str:
+    """The local JVM's options: binlake's logging, and the class archive when there is one (one made
+    by another Java build or for other jars is ignored)."""
     options = [log_option()]
-    if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        options.append(f"-Dbinlake.spark.log={log_file}")
     archive = archive_path()
     if archive.is_file():
         options += [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
@@ -68,7 +65,10 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(java_options(log_file)))
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(java_options()))
+    if log_file is not None:  # read by log4j2.properties when the JVM starts (an inherited one is replaced)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        os.environ["BINLAKE_SPARK_LOG"] = str(log_file)
     # py4j logs a foreachBatch function's exception with its traceback; binlake reports it in one line
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     builder = (
