@@ -203,23 +203,19 @@ def load_with_secret(
     if ca_key and cfg.get("source.tls.ca"):
         raise ConfigError("databricks.tls-ca-secret-key and source.tls.ca are both set; binlake needs one CA: "
                           "unset one of them")
-    if ca_key:
-        ca = _read_secret(dbutils(), str(scope), str(ca_key))
-        overrides = [*overrides, f"source.tls.ca={json.dumps(ca)}"]
-        cfg = config_mod.load(None, overrides)
-    if not scope and not key:
-        return cfg
-    if not key and ca_key:
-        return cfg
-    if not scope or not key:
+    if bool(scope) != bool(key) and not (scope and ca_key):  # a scope for the CA alone needs no password key
         have, missing = ("secret-scope", "secret-key") if scope else ("secret-key", "secret-scope")
         fix = f"pass --password-{missing}" if flag_hint else f"set databricks.{missing}"
         raise ConfigError(
             f"databricks.{missing} is not set but databricks.{have} is; binlake needs both to read the "
             f"source password: {fix}"
         )
-    password = _read_secret(dbutils(), str(scope), str(key))
-    return config_mod.load(None, [*overrides, f"source.password={password}"])
+    found: list[str] = []
+    if ca_key:  # PEM text spans lines: a JSON string is a YAML scalar that keeps them
+        found.append(f"source.tls.ca={json.dumps(_read_secret(dbutils(), str(scope), str(ca_key)))}")
+    if scope and key:
+        found.append(f"source.password={_read_secret(dbutils(), str(scope), str(key))}")
+    return config_mod.load(None, [*overrides, *found]) if found else cfg
 
 
 def overrides_from(ns: argparse.Namespace) -> list[str]:

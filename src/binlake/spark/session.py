@@ -57,7 +57,7 @@ def submit_args(java: str) -> str:
 
 def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | None = None):  # type: ignore[no-untyped-def]
     """The active session if there is one (Databricks, tests), else a local one with Delta, whose
-    Spark errors about failed tasks go to `log_file` (binlake reports each failure in one line)."""
+    Spark errors go to `log_file` (binlake reports each failure in one line)."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
