@@ -294,6 +294,8 @@ class KeyOrder:
     def sort_key(self, values: Sequence[Any]) -> tuple[Any, ...]:
         out: list[Any] = []
         for c, v in zip(self.cols, values):
+            if c.is_string and isinstance(v, bytes):
+                v = c.text(v)  # the binlog's stored bytes
             if c.data_type == "enum":
                 out.append(c.members.index(v) + 1 if v in c.members else 0)
             elif c.is_string and c.collation:

@@ -4,8 +4,9 @@ mysql-replication decodes every value through several generic calls (a bitmap te
 a packet read that slices a buffer), which caps the stream at a few thousand rows per second. Here
 the row images of one table-map shape are decoded by a function generated once for that shape:
 straight-line code per column, reading the event's bytes in place with precompiled `struct`
-formats. It gives the values mysql-replication gives -- after `binlog_reader._image`'s corrections
-(an empty SET is `set()`) -- and is checked against it value for value in the tests.
+formats. It gives the values mysql-replication gives -- with text kept as bytes (see
+`binlog_reader.keep_text_bytes`) and after `binlog_reader._image`'s corrections (an empty SET is
+`set()`) -- and is checked against it value for value in the tests.
 
 Only full row images of these column types are decoded here: integers, FLOAT, DOUBLE, DECIMAL,
 CHAR/VARCHAR/BINARY/VARBINARY, TEXT/BLOB, ENUM, SET, YEAR, DATE, DATETIME(n), TIMESTAMP(n). An
@@ -15,7 +16,6 @@ uses mysql-replication's own decoding.
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 import decimal
 import struct
@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
-from pymysqlreplication.row_event import RowsEvent
 
 Image = dict[str, Any]
 Decoder = Callable[[bytes, int], tuple[Image, int]]
@@ -41,19 +40,6 @@ SUPPORTED = frozenset(
      FIELD_TYPE.DATE, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2, *_FIXED, *_STRINGS}
 )
 _COMPRESSED = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]  # bytes of a DECIMAL's leftover digits
-
-
-def _encoding(column: Any) -> str | None:
-    """The codec mysql-replication decodes a string column with; None keeps the bytes (binary)."""
-    name = column.character_set_name
-    if name is None:
-        return "utf-8"
-    encoding = RowsEvent.charset_to_encoding(name)
-    try:
-        codecs.lookup(encoding)
-    except LookupError:
-        return None
-    return encoding
 
 
 def read_decimal(b: bytes, p: int, precision: int, scale: int) -> tuple[decimal.Decimal, int]:
@@ -120,12 +106,10 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
         size = c.length_size if t == FIELD_TYPE.BLOB else (2 if c.max_length > 255 else 1)
         if size not in (1, 2, 3, 4):
             return None
-        enc = _encoding(c)
-        env[f"e{i}"] = enc
+        # text stays bytes, decoded by the column's character set (`schema.Column.encode`); the
+        # library gives an empty value as ''
         read = f"{ind}n = int.from_bytes(b[p:p + {size}], 'little'); p += {size}"
-        # an unknown codec (binary) keeps the bytes; Python decodes empty bytes to '' whatever the codec
-        value = f"b[p:p + n].decode(e{i})" if enc else "b[p:p + n] if n else ''"
-        return [read, f"{ind}{v} = {value}; p += n"]
+        return [read, f"{ind}{v} = b[p:p + n] if n else ''; p += n"]
     if t == FIELD_TYPE.NEWDECIMAL:
         return [f"{ind}{v}, p = read_decimal(b, p, {int(c.precision)}, {int(c.decimals)})"]
     if t == FIELD_TYPE.YEAR:

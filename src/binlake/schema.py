@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from binlake.source.charsets import charset_of, decoder
+
 INT_TYPES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
 # text the driver and the binlog both give as str, encoded as itself
@@ -195,9 +197,9 @@ class Column:
             return base64.b64encode(b).decode("ascii")
         if t == "set":
             if isinstance(v, (set, frozenset, list, tuple)):
-                chosen = set(v)
+                chosen = {self.text(m) for m in v}
                 return ",".join(m for m in self.members if m in chosen)
-            return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+            return self.text(v)
         if t == "json":
             if isinstance(v, bytes):
                 return v.decode("utf-8")
@@ -205,8 +207,16 @@ class Column:
                 return v
             return json.dumps(_json_plain(v), ensure_ascii=False)
         if isinstance(v, bytes):
-            return v.decode("utf-8", errors="surrogateescape")
+            return self.text(v)
         return str(v)
+
+    @property
+    def charset(self) -> str | None:
+        return charset_of(self.collation)
+
+    def text(self, v: str | bytes) -> str:
+        """Text from the binlog's stored bytes, decoded as the server converts them to utf8mb4."""
+        return decoder(self.charset or "utf8mb4")(v) if isinstance(v, bytes) else str(v)
 
     def encoder(self) -> Callable[[Any], str | None]:
         """`encode` for this column, answering the common Python types without its type dispatch."""
@@ -214,7 +224,8 @@ class Column:
         if t in INT_TYPES:
             return lambda v: str(v) if type(v) is int else encode(v)
         if t in PLAIN_TEXT:
-            return lambda v: v if type(v) is str else encode(v)
+            text = decoder(self.charset or "utf8mb4")
+            return lambda v: v if type(v) is str else text(v) if type(v) is bytes else encode(v)
         if t in ("double", "real"):
             return lambda v: repr(v) if type(v) is float else encode(v)
         if t == "decimal":

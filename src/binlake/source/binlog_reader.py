@@ -22,7 +22,8 @@ from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.json_binary import JsonDiff
 from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent,
                                      XidEvent)
-from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, RowsEvent, TableMapEvent,
+                                          UpdateRowsEvent, WriteRowsEvent)
 
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
@@ -35,6 +36,32 @@ from binlake.source.dialect import purged
 log = logging.getLogger(__name__)
 
 Op = Literal["c", "u", "d"]
+
+
+def _type_values(self: Any, length: int) -> list[list[bytes]] | None:
+    """ENUM and SET members from a table map's metadata, as bytes."""
+    packet, out = self.packet, []
+    end = packet.read_bytes + length
+    while packet.read_bytes < end:
+        count = packet.read_length_coded_binary()
+        out.append([packet.read_variable_length_string() for _ in range(count)])
+    return out or None
+
+
+def keep_text_bytes() -> None:
+    """Text columns and ENUM/SET members arrive from mysql-replication as the stored bytes.
+
+    The library decodes them with the Python codec its collation table names, which is wrong for
+    several of MySQL's character sets (latin1 is not cp1252, ucs2 and utf16 are big-endian, and
+    collations it does not know decode as UTF-8), and it turns an ENUM or SET member that is not
+    UTF-8 into ''. binlake decodes the bytes by the column's character set instead
+    (`schema.Column.encode`, `source.charsets`). A codec name that does not exist makes the library
+    keep the bytes (its own fallback for a set Python lacks)."""
+    RowsEvent.charset_to_encoding = staticmethod(lambda name: "binlake-stored-bytes")
+    TableMapEvent._read_type_values = _type_values
+
+
+keep_text_bytes()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""Writes `src/binlake/source/charset_tables.py` from running servers' own text conversion.
+
+    .venv/bin/python scripts/charset_tables.py PORT [PORT ...]    (root on 127.0.0.1, no password)
+
+For every character set the servers list, every byte sequence that can start a character is
+converted by the server (`CONVERT(CONVERT(x'..' USING cs) USING utf8mb4)`). A single-byte set keeps
+the whole 256-entry table; a multi-byte set keeps the nearest Python codec and the characters where
+the server converts otherwise. The servers must agree on every valid character, or nothing is
+written. Run it against MariaDB and MySQL together (`binlake dev-db start` for each) when a server
+version adds a character set.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+from binlake.source.charsets import UNICODE, char_length  # noqa: E402
+
+BASE_CODECS = {"big5": "big5", "cp932": "cp932", "eucjpms": "euc_jp", "euckr": "cp949", "gb2312": "gb2312",
+               "gbk": "gbk", "gb18030": "gb18030", "sjis": "shift_jis", "ujis": "euc_jp"}
+OUT = Path(__file__).resolve().parent.parent / "src/binlake/source/charset_tables.py"
+
+
+def sequences(charset: str, maxlen: int) -> list[bytes]:
+    """Every byte sequence that may be one character of `charset`."""
+    if maxlen == 1:
+        return [bytes([b]) for b in range(256)]
+    out = [bytes([b]) for b in range(256) if char_length(charset, bytes([b, 0x40]), 0) == 1]
+    out += [bytes([a, b]) for a in range(0x80, 0x100) if char_length(charset, bytes([a, 0x40]), 0) == 2
+            for b in range(0x21, 0x100)]
+    if charset in ("ujis", "eucjpms"):
+        out += [bytes([0x8F, a, b]) for a in range(0xA1, 0xFF) for b in range(0xA1, 0xFF)]
+    if charset == "gb18030":  # the four-byte forms of the BMP; beyond it the mapping is arithmetic
+        out += [bytes([a, b, c, d]) for a in range(0x81, 0x85) for b in range(0x30, 0x3A)
+                for c in range(0x81, 0xFF) for d in range(0x30, 0x3A)]
+    return out
+
+
+def convert(cur: Any, charset: str, seqs: list[bytes]) -> dict[bytes, str]:
+    """The server's text for each sequence that is one valid character of `charset`."""
+    out: dict[bytes, str] = {}
+    for i in range(0, len(seqs), 1000):
+        part = seqs[i:i + 1000]
+        cur.execute("SELECT " + ", ".join(
+            f"HEX(CONVERT(CONVERT(x'{s.hex()}' USING {charset}) USING utf8mb4))" for s in part))
+        for s, h in zip(part, cur.fetchone()):
+            text = bytes.fromhex(h).decode("utf-8") if h is not None else None
+            if text is not None and len(text) == 1 and (text != "?" or s == b"?"):
+                out[s] = text
+    return out
+
+
+def server_tables(port: int) -> dict[str, dict[bytes, str]]:
+    conn = pymysql.connect(host="127.0.0.1", port=port, user="root", charset="utf8mb4")
+    with conn, conn.cursor() as cur:
+        cur.execute("SHOW CHARACTER SET")
+        sets = {r[0]: int(r[3]) for r in cur.fetchall() if r[0] not in UNICODE and r[0] != "binary"}
+        return {cs: convert(cur, cs, sequences(cs, maxlen)) for cs, maxlen in sorted(sets.items())}
+
+
+def runs(overrides: dict[bytes, str]) -> list[tuple[int, int, int, int]]:
+    """(first sequence as a number, its size, first code point, count) for each stretch where both
+    the sequences and the code points go up by one."""
+    out: list[list[int]] = []
+    for seq in sorted(overrides, key=lambda s: (len(s), s)):
+        n, cp = int.from_bytes(seq, "big"), ord(overrides[seq])
+        last = out[-1] if out else None
+        if last and last[1] == len(seq) and n == last[0] + last[3] and cp == last[2] + last[3]:
+            last[3] += 1
+        else:
+            out.append([n, len(seq), cp, 1])
+    return [tuple(r) for r in out]  # type: ignore[misc]
+
+
+def main(ports: list[int]) -> None:
+    merged: dict[str, dict[bytes, str]] = {}
+    for port in ports:
+        for cs, table in server_tables(port).items():
+            if cs in merged and merged[cs] != table:
+                differ = sorted(k.hex() for k in set(merged[cs]) ^ set(table) | {k for k in table if merged[cs].get(k) != table[k]})
+                raise SystemExit(f"the servers convert {cs} differently at {differ[:10]}")
+            merged[cs] = table
+    single, multi = {}, {}
+    for cs, table in sorted(merged.items()):
+        if cs not in BASE_CODECS:
+            single[cs] = "".join(table.get(bytes([b]), "?") for b in range(256))
+            continue
+        base = BASE_CODECS[cs]
+        overrides = {}
+        for seq, text in table.items():
+            try:
+                python = seq.decode(base)
+            except UnicodeDecodeError:
+                python = None
+            if python != text:
+                overrides[seq] = text
+        multi[cs] = (base, runs(overrides))
+    lines = ['"""Generated by scripts/charset_tables.py from the servers\' own conversion; do not edit.',
+             "",
+             "SINGLE_BYTE: the text of each byte of a single-byte character set ('?' where the set has none).",
+             "MULTI_BYTE: a multi-byte set's nearest Python codec, and the characters where the server",
+             "converts otherwise as runs of (first byte sequence as a number, its size, first code point, count).",
+             '"""', "", "SINGLE_BYTE: dict[str, str] = {"]
+    for cs, table in single.items():
+        lines.append(f"    {cs!r}: (")
+        for i in range(0, 256, 32):
+            lines.append(f"        {table[i:i + 32]!r}")
+        lines.append("    ),")
+    lines += ["}", "", "MULTI_BYTE: dict[str, tuple[str, list[tuple[int, int, int, int]]]] = {"]
+    for cs, (base, rs) in multi.items():
+        lines.append(f"    {cs!r}: ({base!r}, [")
+        for seq, size, first, count in rs:
+            lines.append(f"        (0x{seq:0{2 * size}X}, {size}, 0x{first:04X}, {count}),")
+        lines.append("    ]),")
+    lines.append("}")
+    OUT.write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT}: {len(single)} single-byte, {len(multi)} multi-byte character sets, "
+          f"{sum(len(r) for _, r in multi.values())} override runs")
+
+
+if __name__ == "__main__":
+    main([int(p) for p in sys.argv[1:]])
