@@ -14,45 +14,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
-
 import pymysql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from binlake.source.charsets import UNICODE, char_length  # noqa: E402
+from binlake.source.charsets import UNICODE, candidates, server_text  # noqa: E402
 
 BASE_CODECS = {"big5": "big5", "cp932": "cp932", "eucjpms": "euc_jp", "euckr": "cp949", "gb2312": "gb2312",
                "gbk": "gbk", "gb18030": "gb18030", "sjis": "shift_jis", "ujis": "euc_jp"}
 OUT = Path(__file__).resolve().parent.parent / "src/binlake/source/charset_tables.py"
-
-
-def sequences(charset: str, maxlen: int) -> list[bytes]:
-    """Every byte sequence that may be one character of `charset`."""
-    if maxlen == 1:
-        return [bytes([b]) for b in range(256)]
-    out = [bytes([b]) for b in range(256) if char_length(charset, bytes([b, 0x40]), 0) == 1]
-    out += [bytes([a, b]) for a in range(0x80, 0x100) if char_length(charset, bytes([a, 0x40]), 0) == 2
-            for b in range(0x21, 0x100)]
-    if charset in ("ujis", "eucjpms"):
-        out += [bytes([0x8F, a, b]) for a in range(0xA1, 0xFF) for b in range(0xA1, 0xFF)]
-    if charset == "gb18030":  # the four-byte forms of the BMP; beyond it the mapping is arithmetic
-        out += [bytes([a, b, c, d]) for a in range(0x81, 0x85) for b in range(0x30, 0x3A)
-                for c in range(0x81, 0xFF) for d in range(0x30, 0x3A)]
-    return out
-
-
-def convert(cur: Any, charset: str, seqs: list[bytes]) -> dict[bytes, str]:
-    """The server's text for each sequence that is one valid character of `charset`."""
-    out: dict[bytes, str] = {}
-    for i in range(0, len(seqs), 1000):
-        part = seqs[i:i + 1000]
-        cur.execute("SELECT " + ", ".join(
-            f"HEX(CONVERT(CONVERT(x'{s.hex()}' USING {charset}) USING utf8mb4))" for s in part))
-        for s, h in zip(part, cur.fetchone()):
-            text = bytes.fromhex(h).decode("utf-8") if h is not None else None
-            if text is not None and len(text) == 1 and (text != "?" or s == b"?"):
-                out[s] = text
-    return out
 
 
 def server_tables(port: int) -> dict[str, dict[bytes, str]]:
@@ -60,7 +29,7 @@ def server_tables(port: int) -> dict[str, dict[bytes, str]]:
     with conn, conn.cursor() as cur:
         cur.execute("SHOW CHARACTER SET")
         sets = {r[0]: int(r[3]) for r in cur.fetchall() if r[0] not in UNICODE and r[0] != "binary"}
-        return {cs: convert(cur, cs, sequences(cs, maxlen)) for cs, maxlen in sorted(sets.items())}
+        return {cs: server_text(cur, cs, candidates(cs, maxlen)) for cs, maxlen in sorted(sets.items())}
 
 
 def runs(overrides: dict[bytes, str]) -> list[tuple[int, int, int, int]]:

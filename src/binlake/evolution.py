@@ -312,10 +312,12 @@ def from_table_map(got: ShapeColumn) -> Column | None:
     elif data_type == "bit":
         column_type = f"bit({got.bits or 1})"
     elif data_type == "set":
-        column_type = "set(" + ",".join("'" + v.replace("'", "''") + "'" for v in got.set_values or ()) + ")"
+        text = Column(got.name, data_type, "", collation=got.collation).text
+        column_type = "set(" + ",".join("'" + text(v).replace("\\", "\\\\").replace("'", "''") + "'" for v in got.set_values or ()) + ")"
     elif data_type in ("datetime", "timestamp", "time") and got.fsp:
         column_type = f"{data_type}({got.fsp})"
-    return Column(got.name, data_type, column_type, True, got.precision, got.scale, got.fsp or 0)
+    return Column(got.name, data_type, column_type, True, got.precision, got.scale, got.fsp or 0,
+                  collation=got.collation)
 
 
 def _renamed(old: TableSchema, columns: tuple[Column, ...], renames: dict[str, str],

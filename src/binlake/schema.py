@@ -43,6 +43,15 @@ PLAIN_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 
 
+# how COLUMN_TYPE quotes an ENUM or SET member: ' doubled, and backslash escapes
+_UNESCAPE = re.compile(r"''|\\(.)", re.S)
+_ESCAPES = {"0": "\0", "n": "\n", "r": "\r", "t": "\t", "b": "\b", "Z": "\x1a"}
+
+
+def _unescaped(m: re.Match[str]) -> str:
+    return "'" if m.group(0) == "''" else _ESCAPES.get(m.group(1), m.group(1))
+
+
 # TIMESTAMP's range starts one second after the epoch; anything earlier is the zero TIMESTAMP
 TIMESTAMP_MIN = dt.datetime(1970, 1, 1, 0, 0, 1)
 
@@ -100,7 +109,7 @@ class Column:
     def members(self) -> list[str]:
         """ENUM/SET members in definition order."""
         inner = self.column_type[self.column_type.index("(") + 1 : self.column_type.rindex(")")]
-        return [m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", inner)]
+        return [_UNESCAPE.sub(_unescaped, m) for m in re.findall(r"'((?:[^'\\]|''|\\.)*)'", inner)]
 
     @property
     def bit_width(self) -> int:

@@ -57,7 +57,8 @@ class ShapeColumn:
     scale: int | None = None
     fsp: int | None = None
     bits: int | None = None
-    set_values: tuple[str, ...] | None = None
+    set_values: tuple[str | bytes, ...] | None = None  # bytes in the column's character set
+    collation: str | None = None  # as mysql-replication names the table map's collation id
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ def shape_of(columns: list[Any]) -> tuple[ShapeColumn, ...]:
             precision=getattr(c, "precision", None), scale=getattr(c, "decimals", None),
             fsp=getattr(c, "fsp", None), bits=getattr(c, "bits", None),
             set_values=tuple(c.set_values) if getattr(c, "set_values", None) else None,
+            collation=collation or None,
         ))
     return tuple(out)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from binlake.source.charset_tables import MULTI_BYTE, SINGLE_BYTE
 
@@ -106,3 +107,32 @@ def decoder(charset: str) -> Decoder:
 
 def supported(charset: str) -> bool:
     return charset == "binary" or charset in UNICODE or charset in SINGLE_BYTE or charset in MULTI_BYTE
+
+
+def candidates(charset: str, maxlen: int) -> list[bytes]:
+    """Every byte sequence that may be one character of `charset`."""
+    if maxlen == 1:
+        return [bytes([b]) for b in range(256)]
+    out = [bytes([b]) for b in range(256) if char_length(charset, bytes([b, 0x40]), 0) == 1]
+    out += [bytes([a, b]) for a in range(0x80, 0x100) if char_length(charset, bytes([a, 0x40]), 0) == 2
+            for b in range(0x21, 0x100)]
+    if charset in ("ujis", "eucjpms"):
+        out += [bytes([0x8F, a, b]) for a in range(0xA1, 0xFF) for b in range(0xA1, 0xFF)]
+    if charset == "gb18030":  # the four-byte forms of the BMP; beyond it the mapping is arithmetic
+        out += [bytes([a, b, c, d]) for a in range(0x81, 0x85) for b in range(0x30, 0x3A)
+                for c in range(0x81, 0xFF) for d in range(0x30, 0x3A)]
+    return out
+
+
+def server_text(cur: Any, charset: str, seqs: list[bytes]) -> dict[bytes, str]:
+    """The server's text for each sequence that is one valid character of `charset`."""
+    out: dict[bytes, str] = {}
+    for i in range(0, len(seqs), 1000):
+        part = seqs[i:i + 1000]
+        cur.execute("SELECT " + ", ".join(
+            f"HEX(CONVERT(CONVERT(x'{s.hex()}' USING {charset}) USING utf8mb4))" for s in part))
+        for s, h in zip(part, cur.fetchone()):
+            text = bytes.fromhex(h).decode("utf-8") if h is not None else None
+            if text is not None and len(text) == 1 and (text != "?" or s == b"?"):
+                out[s] = text
+    return out
