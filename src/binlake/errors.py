@@ -2,7 +2,9 @@
 
 BinlakeError
 ├── ConfigError        bad configuration or unsupported source setup (exit code 2)
-│   └── SourceSetupError   a server variable or privilege the algorithm needs is missing
+│   ├── SourceSetupError   a server variable or privilege the algorithm needs is missing
+│   └── UnconvertibleValueError  a captured value binlake cannot encode (nothing of its chunk or
+│                          batch is written)
 └── RuntimeFailure     the pipeline could not do its work (exit code 1)
     ├── PositionGoneError  a stored binlog position is no longer on the server
     ├── SchemaChangedError a captured table changed in a way the stream cannot follow in place
@@ -39,6 +41,10 @@ class ConfigError(BinlakeError):
 
 
 class SourceSetupError(ConfigError):
+    pass
+
+
+class UnconvertibleValueError(ConfigError):
     pass
 
 

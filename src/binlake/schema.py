@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from binlake.errors import UnconvertibleValueError
 from binlake.source.charsets import charset_of, decoder
 
 INT_TYPES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
@@ -329,6 +330,26 @@ class TableSchema:
         pairs = list(zip(self.names, self.column_encoders()))
         return lambda row: {name: encode(row.get(name)) for name, encode in pairs}
 
+    def unconvertible(self, row: dict[str, Any], exc: Exception, unit: str) -> UnconvertibleValueError:
+        """The one-line error for a row whose encoding raised `exc`: the table, the column and the row's
+        key, never the value (nor the exception's text, which may quote it)."""
+        column = next((c for c in self.columns if not _encodes(c, row.get(c.name))), None)
+        if self.multiset:
+            key = "a row of this table without a primary key"
+        else:
+            parts = []
+            for name in self.key:
+                c = self.column(name)
+                parts.append(f"{name}={c.encode(row.get(name)) if _encodes(c, row.get(name)) else '(unconvertible)'}")
+            key = "the row with key " + ", ".join(parts)
+        what = f"column {column.name} ({column.column_type}, {column.charset or 'no character set'})" if column \
+            else "a column"
+        return UnconvertibleValueError(
+            f"captured table {self.name}: {what} of {key} holds a value binlake cannot convert "
+            f"({type(exc).__name__}); nothing of this {unit} was written. Leave the table out of source.tables, "
+            "or change the column to a type and character set the README's type mapping lists"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "database": self.database,
@@ -349,6 +370,14 @@ class TableSchema:
             tuple(d.get("chunk_key", ())),
             bool(d.get("chunk_key_unique", False)),
         )
+
+
+def _encodes(column: Column, value: Any) -> bool:
+    try:
+        column.encode(value)
+    except Exception:  # noqa: BLE001 - any failure of the encoding is what is being looked for
+        return False
+    return True
 
 
 def quote(name: str) -> str:

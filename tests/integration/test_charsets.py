@@ -11,10 +11,15 @@ and compares silver, read with delta-rs, with the source.
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 
+from binlake.errors import UnconvertibleValueError
 from binlake.source.charsets import candidates, decoder, server_text
+
 from .capture import connect, run_once, silver_rows, write_config
 
 
@@ -187,3 +192,42 @@ def test_text_in_every_character_set_through_snapshot_and_binlog(dev_db, databas
             assert len(got) == len(source), table
             diffs = [f"{k}: source {a[k]!r} silver {b[k]!r}" for a, b in zip(source, got) for k in names_ if a[k] != b[k]]
             assert not diffs, (table, diffs[:10])
+
+
+def test_a_value_binlake_cannot_convert_stops_with_one_line_and_lands_nothing(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """MariaDB stores a UTF-16 surrogate (bytes ED A0 80) in a utf8mb4 column when the client sends it
+    as binary: no character, so no text for silver. The binlog's batch holding it, and then the
+    snapshot's chunk holding it, stop the run with one line (exit code 2) naming the table, the column
+    and the key, never the value, and write nothing of the batch or chunk."""
+    if dev_db.server != "mariadb":
+        pytest.skip("MySQL refuses to store the surrogate")
+    port = dev_db.running_port()
+    with connect(port, database, sql_mode="") as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10) CHARACTER SET utf8mb4)")
+        cur.execute("INSERT INTO t VALUES (1, 'good'), (2, 'fine')")
+    cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.t"], tmp_path / "lake", "6210-6214")
+    cfg = run_once(cfg_path)
+    with connect(port, database, sql_mode="", character_set_client="binary") as conn, conn.cursor() as cur:
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO t VALUES (3, 'ok')")
+        cur.execute("INSERT INTO t VALUES (4, x'eda080')")
+        cur.execute("UPDATE t SET v = 'changed' WHERE id = 1")
+        cur.execute("COMMIT")
+    with pytest.raises(UnconvertibleValueError) as raised:
+        run_once(cfg_path)
+    message = str(raised.value)
+    assert raised.value.exit_code == 2 and "\n" not in message
+    assert f"captured table {database}.t: column v (varchar(10), utf8mb4) of the row with key id=4" in message
+    assert "nothing of this batch was written" in message and "eda080" not in message.lower()
+    assert sorted((r["id"], r["v"]) for r in silver_rows(cfg, f"{database}.t")) == [(1, "good"), (2, "fine")]
+
+    # the same row met by a snapshot, through the command line: exit code 2 and one line on stderr
+    cfg_path = write_config(tmp_path / "again.yml", port, [f"{database}\\.t"], tmp_path / "lake2", "6215-6219",
+                            chunk_size=2)
+    done = subprocess.run([str(Path(sys.executable).with_name("binlake")), "run", "-c", str(cfg_path),
+                           "--until-caught-up"], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"binlake: captured table {database}.t: a text value in chunk {database}.t#"), lines[-3:]
+    assert "nothing of this chunk was written" in lines[-1]
+    assert not any("Traceback" in line for line in lines)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake import faults
-from binlake.errors import RuntimeFailure, SchemaChangedError
+from binlake.errors import RuntimeFailure, SchemaChangedError, UnconvertibleValueError
 from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
 from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
@@ -87,7 +87,18 @@ def encode_columns(schema: TableSchema, values: list[tuple[Any, ...]]) -> list[l
     """Rows of values in `schema.names` order -> one list of encoded values per column."""
     if not values:
         return [[] for _ in schema.columns]
-    return [list(map(encode, column)) for encode, column in zip(schema.column_encoders(), zip(*values))]
+    try:
+        return [list(map(encode, column)) for encode, column in zip(schema.column_encoders(), zip(*values))]
+    except Exception as exc:
+        encode_row = schema.row_encoder()
+        for row in values:
+            image = dict(zip(schema.names, row))
+            try:
+                encode_row(image)
+            except Exception:  # noqa: BLE001 - the row whose encoding failed
+                raise schema.unconvertible(image, exc, "chunk") from None
+        raise
+
 
 
 def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[list[str | None]]:
@@ -221,6 +232,12 @@ def _select(params: dict[str, Any], schema: TableSchema, split: Split, cur: Any 
             return select_rows(params, *_chunk_query(schema, split))
         cur.execute(*_chunk_query(schema, split))
         return list(cur.fetchall())
+    except UnicodeDecodeError:  # the driver decodes text: which row it was, it does not say
+        raise UnconvertibleValueError(
+            f"captured table {schema.name}: a text value in chunk {split.id} is not valid in its column's character "
+            "set (the server stores it, but it is no character: a UTF-16 surrogate, say); nothing of this chunk "
+            "was written. Correct the value at the source, or leave the table out of source.tables"
+        ) from None
     except Exception as exc:  # PyMySQL or mysqlclient: both carry the server's error number first
         code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         # unknown column, no such table, table definition changed after the snapshot began

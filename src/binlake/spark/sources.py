@@ -240,7 +240,10 @@ class BinlogReader(DataSourceStreamReader):
                 for part in split_key_change(change, schema.key, operator.eq):
                     if not handover.should_emit(part):
                         continue
-                    text = dumps(encode(part.image))
+                    try:
+                        text = dumps(encode(part.image))
+                    except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
+                        raise schema.unconvertible(part.image, exc, "batch") from None
                     size += len(text)
                     rows.append((part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos,
                                  part.gtid, None, None, text))
