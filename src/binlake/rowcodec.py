@@ -5,8 +5,8 @@ a packet read that slices a buffer), which caps the stream at a few thousand row
 the row images of one table-map shape are decoded by a function generated once for that shape:
 straight-line code per column, reading the event's bytes in place with precompiled `struct`
 formats. It gives the values mysql-replication gives -- with text kept as bytes (see
-`binlog_reader.keep_text_bytes`) and after `binlog_reader._image`'s corrections (an empty SET is
-`set()`) -- and is checked against it value for value in the tests.
+`binlog_reader.keep_text_bytes`) and after `binlog_reader._image`'s corrections (a SET is the list
+of its members in definition order) -- and is checked against it value for value in the tests.
 
 Only full row images of these column types are decoded here: integers, FLOAT, DOUBLE, DECIMAL,
 CHAR/VARCHAR/BINARY/VARBINARY, TEXT/BLOB, ENUM, SET, YEAR, DATE, DATETIME(n), TIMESTAMP(n). An
@@ -121,7 +121,7 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
             env[f"m{i}"] = c.enum_values
             return [read, f"{ind}{v} = m{i}[k] if m{i} else None"]
         env[f"m{i}"] = list(enumerate(c.set_values or []))
-        return [read, f"{ind}{v} = {{s for j, s in m{i} if k & (1 << j)}}"]
+        return [read, f"{ind}{v} = [s for j, s in m{i} if k & (1 << j)]"]
     if t == FIELD_TYPE.DATE:
         return [
             f"{ind}k = b[p] | b[p + 1] << 8 | b[p + 2] << 16; p += 3",

@@ -206,7 +206,9 @@ class Column:
                 b = b.ljust(self.length, b"\x00")  # the binlog drops BINARY(n)'s trailing zero bytes
             return base64.b64encode(b).decode("ascii")
         if t == "set":
-            if isinstance(v, (set, frozenset, list, tuple)):
+            if isinstance(v, (list, tuple)):  # the binlog's members, in definition order
+                return ",".join(self.text(m) for m in v)
+            if isinstance(v, (set, frozenset)):
                 chosen = {self.text(m) for m in v}
                 return ",".join(m for m in self.members if m in chosen)
             return self.text(v)

@@ -54,7 +54,8 @@ def test_same_shape_fits_and_every_difference_is_named() -> None:
     assert "no longer bigint(20) unsigned" in (differs(0, ShapeColumn("id", 3, unsigned=True)) or "")
     assert "decimal(12,2)" in (differs(1, ShapeColumn("amount", 246, precision=12, scale=2)) or "")
     assert "6 fractional digits" in (differs(2, ShapeColumn("at", 18, fsp=6)) or "")
-    assert "SET members" in (differs(3, ShapeColumn("tags", 248, set_values=("a", "b", "c"))) or "")
+    # a SET's text comes from the row event's own members, so other members are no difference
+    assert differs(3, ShapeColumn("tags", 248, set_values=(b"a", b"b", b"c"))) is None
     assert "no longer text" in (differs(4, ShapeColumn("note", 252, binary=True)) or "")
     added = shape_difference(SCHEMA, TableShape("shop.orders", SHAPE + (ShapeColumn("x", 3),), "b.000001", 4))
     assert added == "columns added: x"

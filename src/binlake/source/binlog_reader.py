@@ -362,9 +362,11 @@ def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder)
     partial = isinstance(event, PartialUpdateRowsEvent)
     images = None if partial else fast.images(event, update)
     if images is None:  # a shape the generated decoder leaves to mysql-replication
-        times = [c.name for c in getattr(event, "columns", []) if c.type == FIELD_TYPE.TIME2]
-        images = [(_image(row, "before_", times), _image(row, "after_", times)) if update else _image(row, "", times)
-                  for row in event.rows]
+        columns = getattr(event, "columns", [])
+        times = [c.name for c in columns if c.type == FIELD_TYPE.TIME2]
+        sets = {c.name: c.set_values for c in columns if c.type == FIELD_TYPE.SET and c.set_values}
+        images = [(_image(row, "before_", times, sets), _image(row, "after_", times, sets)) if update
+                  else _image(row, "", times, sets) for row in event.rows]
     if partial:
         images = [(before, _whole_json(before, after, table, BinlogPosition(file, begin))) for before, after in images]
     insert = isinstance(event, WriteRowsEvent)
@@ -435,18 +437,24 @@ def _whole_json(before: dict[str, Any], after: dict[str, Any], table: str, at: B
     return whole
 
 
-def _image(row: dict[str, Any], prefix: str, times: list[str]) -> dict[str, Any]:
-    """One row image, with two of the library's decodings corrected.
+def _image(row: dict[str, Any], prefix: str, times: list[str], sets: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+    """One row image, with three of the library's decodings corrected.
 
-    An empty SET comes back as None, like NULL; its none-source tells them apart. A negative TIME
+    A SET is a Python set of its members: it becomes their list in definition order, the order the
+    server prints them in (the table map's members are the column's own, in its character set). An
+    empty SET comes back as None, like NULL; its none-source tells them apart. A negative TIME
     with a fraction is stored as one two's-complement number, but the library negates the whole
     seconds and the fraction separately: -00:00:00.25 decodes as -00:00:00.75 (-(S + 1 - f) for
     the true -(S + f)).
     """
     values: dict[str, Any] = dict(row[f"{prefix}values"])
+    for k, members in (sets or {}).items():
+        chosen = values.get(k)
+        if isinstance(chosen, set):
+            values[k] = [m for m in members if m in chosen]
     for k, why in row.get(f"{prefix}none_sources", {}).items():
         if why == NONE_SOURCE.EMPTY_SET:
-            values[k] = set()
+            values[k] = []
         elif why == NONE_SOURCE.JSON_PARTIAL_UPDATE:
             values[k] = SAME_AS_BEFORE
     for k in times:
