@@ -9,9 +9,9 @@ formats. It gives the values mysql-replication gives -- with text kept as bytes 
 of its members in definition order) -- and is checked against it value for value in the tests.
 
 Only full row images of these column types are decoded here: integers, FLOAT, DOUBLE, DECIMAL,
-CHAR/VARCHAR/BINARY/VARBINARY, TEXT/BLOB, ENUM, SET, YEAR, DATE, DATETIME(n), TIMESTAMP(n). An
-event of any other shape (TIME, BIT, JSON, GEOMETRY, a minimal image) returns None, and the caller
-uses mysql-replication's own decoding.
+CHAR/VARCHAR/BINARY/VARBINARY, TEXT/BLOB, ENUM, SET, YEAR, DATE, DATETIME(n), TIMESTAMP(n), and
+MySQL's JSON (its binary form, kept). An event of any other shape (TIME, BIT, GEOMETRY, a minimal
+image) returns None, and the caller uses mysql-replication's own decoding.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _FIXED = {  # type -> (signed format, unsigned format, size)
 _STRINGS = (FIELD_TYPE.VARCHAR, FIELD_TYPE.STRING, FIELD_TYPE.BLOB)
 SUPPORTED = frozenset(
     {FIELD_TYPE.TINY, FIELD_TYPE.INT24, FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.YEAR, FIELD_TYPE.ENUM, FIELD_TYPE.SET,
-     FIELD_TYPE.DATE, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2, *_FIXED, *_STRINGS}
+     FIELD_TYPE.DATE, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.JSON, *_FIXED, *_STRINGS}
 )
 _COMPRESSED = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]  # bytes of a DECIMAL's leftover digits
 
@@ -110,6 +110,9 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
         # library gives an empty value as ''
         read = f"{ind}n = int.from_bytes(b[p:p + {size}], 'little'); p += {size}"
         return [read, f"{ind}{v} = b[p:p + n] if n else ''; p += n"]
+    if t == FIELD_TYPE.JSON:  # MySQL's binary form, printed by `source.mysql_json`
+        read = f"{ind}n = int.from_bytes(b[p:p + {int(c.length_size)}], 'little'); p += {int(c.length_size)}"
+        return [read, f"{ind}{v} = MysqlJson(b[p:p + n]) if n else None; p += n"]
     if t == FIELD_TYPE.NEWDECIMAL:
         return [f"{ind}{v}, p = read_decimal(b, p, {int(c.precision)}, {int(c.decimals)})"]
     if t == FIELD_TYPE.YEAR:
@@ -152,7 +155,9 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
 def compile_image(columns: list[Any]) -> Decoder | None:
     """A function decoding one full row image of a table with these table-map columns:
     `(buffer, offset) -> (image, offset after it)`; None if a column's type is not handled here."""
-    env: dict[str, Any] = {"read_decimal": read_decimal, "date": dt.date, "datetime": dt.datetime,
+    from binlake.source.mysql_json import MysqlJson
+
+    env: dict[str, Any] = {"read_decimal": read_decimal, "MysqlJson": MysqlJson, "date": dt.date, "datetime": dt.datetime,
                            "utcfromtimestamp": dt.datetime.utcfromtimestamp}
     n = len(columns)
     nulls = (n + 7) // 8

@@ -36,6 +36,8 @@ from typing import Any
 
 from binlake.errors import UnconvertibleValueError
 from binlake.source.charsets import charset_of, decoder
+from binlake.source.mysql_json import MysqlJson
+from binlake.source.mysql_json import to_text as mysql_json_text
 
 INT_TYPES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
@@ -213,6 +215,8 @@ class Column:
                 return ",".join(m for m in self.members if m in chosen)
             return self.text(v)
         if t == "json":
+            if isinstance(v, MysqlJson):
+                return mysql_json_text(v)
             if isinstance(v, bytes):
                 return v.decode("utf-8")
             if isinstance(v, str):

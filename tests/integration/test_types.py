@@ -43,11 +43,7 @@ COLUMNS: list[tuple[str, str, str]] = [
 ]
 NAMES = [c[0] for c in COLUMNS]
 # Differences known and not fixed yet, asserted exactly (a fix fails the test until its entry goes).
-# MySQL's binlog: mysql-replication decodes a JSON null literal as None, like SQL NULL, and its
-# none-sources cannot tell the two apart, so the rows that came through the binlog hold NULL.
-KNOWN_GAPS: dict[str, set[str]] = {
-    "mysql": {"row 2 j: source 'null' -> want 'null', silver {2: 'null', 1002: None, 2002: None}"},
-}
+KNOWN_GAPS: dict[str, set[str]] = {}
 TIMESTAMPS = [n for n, ddl, _ in COLUMNS if ddl.startswith("TIMESTAMP")]
 
 MAX_BITS = "b'" + "1" * 64 + "'"

@@ -20,6 +20,7 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.json_binary import JsonDiff
+from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent,
                                      XidEvent)
 from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, RowsEvent, TableMapEvent,
@@ -32,6 +33,7 @@ from binlake.rowcodec import RowDecoder
 from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
 from binlake.source.dialect import purged
+from binlake.source.mysql_json import MysqlJson
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,18 @@ def _type_values(self: Any, length: int) -> list[list[bytes]] | None:
     return out or None
 
 
+def _binary_json(self: Any, size: int, is_partial: bool) -> Any:
+    """A JSON column's stored binary form (`mysql_json` prints it); a partial update's diff as the
+    library decodes it."""
+    if is_partial:
+        return _library_binary_json(self, size, is_partial)
+    length = self.read_uint_by_size(size)
+    return MysqlJson(self.read(length)) if length else None
+
+
+_library_binary_json = BinLogPacketWrapper.read_binary_json
+
+
 def keep_text_bytes() -> None:
     """Text columns and ENUM/SET members arrive from mysql-replication as the stored bytes.
 
@@ -59,6 +73,7 @@ def keep_text_bytes() -> None:
     keep the bytes (its own fallback for a set Python lacks)."""
     RowsEvent.charset_to_encoding = staticmethod(lambda name: "binlake-stored-bytes")
     TableMapEvent._read_type_values = _type_values
+    BinLogPacketWrapper.read_binary_json = _binary_json
 
 
 keep_text_bytes()
