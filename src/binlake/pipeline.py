@@ -80,7 +80,11 @@ class Context:
                         "least one: fix the regexes (they match 'db.table' in full)"
                     )
                 chunk_keys = self.cfg.get("source.chunk-key")
-                self._schemas = {f"{d}.{t}": self._captured(load_schema(conn, d, t, chunk_keys)) for d, t in tables}
+                loaded = [load_schema(conn, d, t, chunk_keys) for d, t in tables]
+                refused = next((r for r in map(TableSchema.refusal, loaded) if r), None)
+                if refused:
+                    raise ConfigError(refused)
+                self._schemas = {s.name: self._captured(s) for s in loaded}
             finally:
                 conn.close()
         return self._schemas

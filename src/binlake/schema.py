@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake.errors import UnconvertibleValueError
-from binlake.source.charsets import charset_of, decoder
+from binlake.source.charsets import charset_of, decoder, supported
 from binlake.source.mysql_json import MysqlJson
 from binlake.source.mysql_json import to_text as mysql_json_text
 
@@ -44,6 +44,9 @@ STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext",
 # text the driver and the binlog both give as str, encoded as itself
 PLAIN_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+# every type `encode` and `spark_type` map (the README's type mapping); a table with another is refused
+CAPTURED_TYPES = {*INT_TYPES, "decimal", "float", "double", "real", "bit", "year", "date", "datetime", "timestamp",
+                  "time", *STRING_TYPES, *BINARY_TYPES}
 
 
 # how COLUMN_TYPE quotes an ENUM or SET member: ' doubled, and backslash escapes
@@ -335,6 +338,20 @@ class TableSchema:
         """A function encoding a row (name -> value) column by column, each column's encoder chosen once."""
         pairs = list(zip(self.names, self.column_encoders()))
         return lambda row: {name: encode(row.get(name)) for name, encode in pairs}
+
+    def refusal(self) -> str | None:
+        """Why binlake cannot capture this table, one line, before any of it is read: a column of a type
+        or in a character set it has no mapping for."""
+        for c in self.columns:
+            if c.data_type not in CAPTURED_TYPES:
+                return (f"captured table {self.name}: column {c.name} is {c.column_type}, a type binlake does not "
+                        "capture; leave the table out of source.tables, or change the column to a type the README's "
+                        "type mapping lists")
+            if c.is_string and c.data_type != "json" and c.charset and not supported(c.charset):
+                return (f"captured table {self.name}: column {c.name} is in character set {c.charset}, which binlake "
+                        "cannot decode from the binlog; convert it (ALTER TABLE ... CONVERT TO CHARACTER SET utf8mb4), "
+                        "or leave the table out of source.tables")
+        return None
 
     def unconvertible(self, row: dict[str, Any], exc: Exception, unit: str) -> UnconvertibleValueError:
         """The one-line error for a row whose encoding raised `exc`: the table, the column and the row's

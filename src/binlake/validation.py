@@ -17,6 +17,7 @@ import pymysql
 
 from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
+from binlake.source.catalog import load_schema
 from binlake.source.connection import encryption, settings, tls_refusal
 from binlake.source.dialect import Dialect, registered_replicas
 
@@ -379,10 +380,11 @@ def inspect(cfg: Config) -> tuple[list[str], str | None]:
         facts = SourceFacts.read(conn)
         replicas = registered_replicas(conn)
         encrypted = encryption(conn)
+        refusals = [r for name in _captured(facts, cfg.tables) if (r := load_schema(conn, *name.split(".", 1)).refusal())]
     except pymysql.MySQLError as exc:
         return [_source_problem(cfg, "cannot read the setup of", exc)], None
     finally:
         conn.close()
     log.info("source %s is %s, account %s", cfg.get("source.hostname"), facts.version, facts.account)
     ids = server_id_problem(cfg.server_ids, cfg.get("source.server-id"), replicas)
-    return problems(facts, cfg.tables) + ([ids] if ids else []), encrypted
+    return problems(facts, cfg.tables) + refusals + ([ids] if ids else []), encrypted

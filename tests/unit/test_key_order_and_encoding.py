@@ -6,7 +6,7 @@ import datetime as dt
 
 from binlake.source.binlog_reader import _image
 from binlake.chunking import PadSpaceWeight
-from binlake.schema import Column
+from binlake.schema import Column, TableSchema
 
 SPACE = b"\x00\x20"  # one space's weight in utf8mb4_general_ci
 
@@ -98,3 +98,16 @@ def test_json_from_the_mysql_binlog_encodes_as_the_server_prints_it() -> None:
     assert j.encode(decoded) == '{"a": [1, {"b": "ü😀"}], "d": 1.5, "n": null}'
     assert j.encode([b"x", True, []]) == '["x", true, []]'
     assert j.encode(b'"str"') == '"str"'  # JSON as text (MariaDB's, a SELECT's) passes as it is
+
+
+def test_a_table_with_a_column_binlake_cannot_map_is_refused_before_anything_is_read() -> None:
+    def table(*cols: Column) -> TableSchema:
+        return TableSchema("db", "t", (Column("id", "int", "int"), *cols), ("id",))
+
+    assert table(Column("c", "varchar", "varchar(5)", collation="latin1_swedish_ci"),
+                 Column("k", "char", "char(2)", collation="ujis_japanese_ci")).refusal() is None
+    assert table(Column("c", "varchar", "varchar(5)", collation="klingon_general_ci")).refusal() == (
+        "captured table db.t: column c is in character set klingon, which binlake cannot decode from the binlog; "
+        "convert it (ALTER TABLE ... CONVERT TO CHARACTER SET utf8mb4), or leave the table out of source.tables")
+    refusal = table(Column("h", "hologram", "hologram(3)")).refusal() or ""
+    assert refusal.startswith("captured table db.t: column h is hologram(3), a type binlake does not capture")
