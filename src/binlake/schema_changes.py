@@ -25,6 +25,7 @@ from typing import Any, Literal
 from binlake.errors import SchemaChangedError
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
+from binlake.source.charsets import charset_of
 
 Kind = Literal["alter", "create", "drop", "rename", "truncate", "drop_database", "create_table"]
 
@@ -184,7 +185,15 @@ def column_difference(col: Column, got: ShapeColumn) -> str | None:
         return f"column {col.name!r} is now bit({got.bits}), was {col.column_type}"
     if got.type_code in (249, 250, 251, 252) and (col.data_type in _BINARY_FAMILY) != got.binary:
         return f"column {col.name!r} is no longer {col.column_type}"
+    if got.collation and col.collation and _charset(got.collation) != _charset(col.collation):
+        # the same text is other bytes now (ALTER TABLE ... CONVERT TO CHARACTER SET)
+        return f"column {col.name!r} is now in character set {_charset(got.collation)}, was {_charset(col.collation)}"
     return None
+
+
+def _charset(collation: str) -> str | None:
+    name = charset_of(collation)
+    return "utf8mb3" if name == "utf8" else name
 
 
 def shape_difference(schema: TableSchema, shape: TableShape) -> str | None:

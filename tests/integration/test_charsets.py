@@ -231,3 +231,26 @@ def test_a_value_binlake_cannot_convert_stops_with_one_line_and_lands_nothing(de
     assert lines[-1].startswith(f"binlake: captured table {database}.t: a text value in chunk {database}.t#"), lines[-3:]
     assert "nothing of this chunk was written" in lines[-1]
     assert not any("Traceback" in line for line in lines)
+
+
+def test_a_column_converted_to_another_character_set_is_decoded_in_its_new_one(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """ALTER TABLE ... CONVERT TO CHARACTER SET changes the bytes the binlog carries for the same text:
+    rows after it decode in the new set, rows before it in the old."""
+    port = dev_db.running_port()
+    with connect(port, database) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20), t TEXT) CHARACTER SET latin1")
+        cur.execute("INSERT INTO t VALUES (1, 'café', 'ça')")
+    cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.t"], tmp_path / "lake", "6220-6224")
+    cfg = run_once(cfg_path)
+    with connect(port, database) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (2, 'naïve', 'Ärger')")
+        cur.execute("ALTER TABLE t CONVERT TO CHARACTER SET ucs2")
+        cur.execute("INSERT INTO t VALUES (3, 'Übermaß €', 'ŝ')")
+        cur.execute("UPDATE t SET v = 'déjà vu' WHERE id = 1")
+        cur.execute("ALTER TABLE t CONVERT TO CHARACTER SET utf8mb4")
+        cur.execute("INSERT INTO t VALUES (4, '日本 😀', 'ü')")
+    run_once(cfg_path)
+    with connect(port, database) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, v, t FROM t")
+        source = sorted(cur.fetchall())
+    assert sorted((r["id"], r["v"], r["t"]) for r in silver_rows(cfg, f"{database}.t")) == source
