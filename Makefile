@@ -3,13 +3,14 @@
 setup:
 	@bash scripts/setup.sh
 
-# every test on MariaDB, the fast ones on MySQL too (tests/conftest.py says why)
+# every test on MariaDB, the fast ones on MySQL too (tests/conftest.py says why), in two processes
+# (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
-	.venv/bin/python -m pytest -q --durations=30 tests
+	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
 
 # the whole integration suite on MySQL alone, slow tests included
 test-mysql: setup
-	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q --durations=30 tests/integration
+	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 tests/integration
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit tests/bundle

@@ -8,6 +8,9 @@ too when BINLAKE_TEST_SLOW_SERVERS includes `mysql`, as `make test-mysql` sets i
 integration suite on MySQL alone). On a 2-core machine the slow tests on both servers would take
 `make test` past its 30 minutes, while the fast ones still cover what differs between the servers:
 their statements, chunk reads, binlog decoding and collations.
+
+`make test` runs the suite in two pytest-xdist processes, a test file to each at a time; each process
+starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# BINLAKE_TEST_DATADIR gives one test session its own servers (sessions sharing one stop it under each other)
-TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake")
+# BINLAKE_TEST_DATADIR gives one test session its own servers (sessions sharing one stop it under each
+# other); each pytest-xdist worker (`make test` runs two) has servers of its own under it
+TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake") / os.environ.get("PYTEST_XDIST_WORKER", "")
 SERVERS = [s for s in os.environ.get("BINLAKE_TEST_SERVERS", "mariadb,mysql").split(",") if s]
 # the servers the slow tests run on (see the module docstring)
 SLOW_SERVERS = {"mariadb", *(s for s in os.environ.get("BINLAKE_TEST_SLOW_SERVERS", "").split(",") if s)}

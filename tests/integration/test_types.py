@@ -2,9 +2,11 @@
 and that value is the source's, normalised per type as the README's "Type mapping" table says.
 
 Rows 1..N are written before the snapshot. After the first run, rows 1000+i are inserted with the same
-values and rows 2000+i (written before the snapshot with another row's values) are updated to them, so
-they reach silver through the binlog. The writer session runs in time zone '+05:30' and a non-strict
-sql_mode (zero dates); the expected values are read back with PyMySQL in '+00:00'.
+values, rows 2000+i (written before the snapshot with another row's values) are updated to them, rows
+4000+i (written before the snapshot with the same values) change their key to 3000+i, and rows 5000+i
+are deleted, so every value reaches silver through the binlog's insert, update and key change too.
+The writer session runs in time zone '+05:30' and a non-strict sql_mode (zero dates); the expected
+values are read back with PyMySQL in '+00:00', and silver with delta-rs, not binlake's Spark code.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import functions as F
+import deltalake
 
-from .capture import connect, run_once, silver, write_config
+from binlake.target import Target
+
+from .capture import connect, run_once, silver_rows, write_config
 
 # column name, DDL type, expected Spark type
 COLUMNS: list[tuple[str, str, str]] = [
@@ -133,6 +137,17 @@ def expected(name: str, v: Any) -> Any:  # noqa: C901 - one branch per type fami
     return v
 
 
+# the Delta type names of the Spark types above, where they differ
+DELTA_TYPES = {"tinyint": "byte", "smallint": "short", "int": "integer", "bigint": "long"}
+
+
+def _collected(name: str, v: Any) -> Any:
+    """A value delta-rs read, in the form `expected` gives: a TIMESTAMP as microseconds since the epoch."""
+    if name in TIMESTAMPS and v is not None:
+        return (v - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+    return v
+
+
 def test_every_type_snapshot_equals_binlog_equals_source(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     ddl = ", ".join(f"`{n}` {t}" for n, t, _ in COLUMNS)
@@ -143,6 +158,8 @@ def test_every_type_snapshot_equals_binlog_equals_source(dev_db, database, spark
             cur.execute(f"INSERT INTO ty VALUES ({i}, {', '.join(row)})")
             other = ROWS[i % n]  # a different row's values, updated to this row's after the snapshot
             cur.execute(f"INSERT INTO ty VALUES ({2000 + i}, {', '.join(other)})")
+            cur.execute(f"INSERT INTO ty VALUES ({4000 + i}, {', '.join(row)})")  # its key changes
+            cur.execute(f"INSERT INTO ty VALUES ({5000 + i}, {', '.join(row)})")  # deleted
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.ty"], tmp_path / "lake", "6100-6104",
                             chunk_size=3)
     cfg = run_once(cfg_path)
@@ -152,6 +169,8 @@ def test_every_type_snapshot_equals_binlog_equals_source(dev_db, database, spark
             cur.execute(f"INSERT INTO ty VALUES ({1000 + i}, {', '.join(row)})")
             sets = ", ".join(f"`{c}` = {v}" for c, v in zip(NAMES, row))
             cur.execute(f"UPDATE ty SET {sets} WHERE id = {2000 + i}")
+            cur.execute(f"UPDATE ty SET id = {3000 + i} WHERE id = {4000 + i}")
+            cur.execute(f"DELETE FROM ty WHERE id = {5000 + i}")
     run_once(cfg_path)
 
     # the source, in UTC; FLOAT as the server stores it (its text protocol prints 6 digits only)
@@ -160,20 +179,20 @@ def test_every_type_snapshot_equals_binlog_equals_source(dev_db, database, spark
         cur.execute(f"SELECT id, {cols} FROM ty ORDER BY id")
         source = {row[0]: dict(zip(NAMES, row[1:])) for row in cur.fetchall()}
     for i in range(1, n + 1):
-        assert source[1000 + i] == source[i] == source[2000 + i], f"source rows {i} differ"
+        assert source[1000 + i] == source[i] == source[2000 + i] == source[3000 + i], f"source rows {i} differ"
 
-    df = silver(spark, cfg, f"{database}.ty")
-    types = dict(df.dtypes)
-    assert {c: types[c] for c in NAMES} == {c: t for c, _, t in COLUMNS}
-    df = df.select("id", *[F.unix_micros(c).alias(c) if c in TIMESTAMPS else F.col(f"`{c}`") for c in NAMES])
-    lake = {r["id"]: r.asDict() for r in df.collect()}
+    table = deltalake.DeltaTable(Target.of(cfg).silver(f"{database}.ty").location)
+    types = {f.name: f.type.type for f in table.schema().fields}
+    assert {c: types[c] for c in NAMES} == {c: DELTA_TYPES.get(t, t) for c, _, t in COLUMNS}
+    lake = {r["id"]: {c: _collected(c, r[c]) for c in NAMES} for r in silver_rows(cfg, f"{database}.ty")}
     assert sorted(lake) == sorted(source)
 
     differences = []
     for i in range(1, n + 1):
         for c in NAMES:
             want = expected(c, source[i][c])
-            got = {k: lake[k][c] for k in (i, 1000 + i, 2000 + i)}  # snapshot, binlog insert, binlog update
+            # snapshot, binlog insert, binlog update, binlog key change
+            got = {k: lake[k][c] for k in (i, 1000 + i, 2000 + i, 3000 + i)}
             if set(map(repr, got.values())) != {repr(want)}:
                 differences.append(f"row {i} {c}: source {source[i][c]!r} -> want {want!r}, silver {got}")
     assert set(differences) == KNOWN_GAPS.get(dev_db.server, set()), "\n".join(differences)

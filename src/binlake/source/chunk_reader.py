@@ -100,7 +100,6 @@ def encode_columns(schema: TableSchema, values: list[tuple[Any, ...]]) -> list[l
         raise
 
 
-
 def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[list[str | None]]:
     """The chunk's rows as they are now, encoded, by column: no watermarks."""
     return encode_columns(schema, select_rows(params, *_chunk_query(schema, split)))
