@@ -51,7 +51,7 @@ def main(ports: list[int]) -> None:
     for port in ports:
         for cs, table in server_tables(port).items():
             if cs in merged and merged[cs] != table:
-                differ = sorted(k.hex() for k in set(merged[cs]) ^ set(table) | {k for k in table if merged[cs].get(k) != table[k]})
+                differ = sorted(k.hex() for k in set(merged[cs]) | set(table) if merged[cs].get(k) != table.get(k))
                 raise SystemExit(f"the servers convert {cs} differently at {differ[:10]}")
             merged[cs] = table
     single, multi = {}, {}

@@ -25,7 +25,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # BINLAKE_TEST_DATADIR gives one test session its own servers (sessions sharing one stop it under each
 # other); each pytest-xdist worker (`make test` runs two) has servers of its own under it
-TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake") / os.environ.get("PYTEST_XDIST_WORKER", "")
+TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake") / os.environ.get(
+    "PYTEST_XDIST_WORKER", "")
 SERVERS = [s for s in os.environ.get("BINLAKE_TEST_SERVERS", "mariadb,mysql").split(",") if s]
 # the servers the slow tests run on (see the module docstring)
 SLOW_SERVERS = {"mariadb", *(s for s in os.environ.get("BINLAKE_TEST_SLOW_SERVERS", "").split(",") if s)}

@@ -313,7 +313,8 @@ def from_table_map(got: ShapeColumn) -> Column | None:
         column_type = f"bit({got.bits or 1})"
     elif data_type == "set":
         text = Column(got.name, data_type, "", collation=got.collation).text
-        column_type = "set(" + ",".join("'" + text(v).replace("\\", "\\\\").replace("'", "''") + "'" for v in got.set_values or ()) + ")"
+        quoted = ("'" + text(v).replace("\\", "\\\\").replace("'", "''") + "'" for v in got.set_values or ())
+        column_type = "set(" + ",".join(quoted) + ")"
     elif data_type in ("datetime", "timestamp", "time") and got.fsp:
         column_type = f"{data_type}({got.fsp})"
     return Column(got.name, data_type, column_type, True, got.precision, got.scale, got.fsp or 0,

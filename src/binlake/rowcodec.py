@@ -157,8 +157,8 @@ def compile_image(columns: list[Any]) -> Decoder | None:
     `(buffer, offset) -> (image, offset after it)`; None if a column's type is not handled here."""
     from binlake.source.mysql_json import MysqlJson
 
-    env: dict[str, Any] = {"read_decimal": read_decimal, "MysqlJson": MysqlJson, "date": dt.date, "datetime": dt.datetime,
-                           "utcfromtimestamp": dt.datetime.utcfromtimestamp}
+    env: dict[str, Any] = {"read_decimal": read_decimal, "MysqlJson": MysqlJson, "date": dt.date,
+                           "datetime": dt.datetime, "utcfromtimestamp": dt.datetime.utcfromtimestamp}
     n = len(columns)
     nulls = (n + 7) // 8
     body = ["def image(b, p):", f"    nb = int.from_bytes(b[p:p + {nulls}], 'little'); p += {nulls}"]

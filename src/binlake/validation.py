@@ -17,6 +17,7 @@ import pymysql
 
 from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
+from binlake.schema import TableSchema
 from binlake.source.catalog import load_schema
 from binlake.source.connection import encryption, settings, tls_refusal
 from binlake.source.dialect import Dialect, registered_replicas
@@ -380,7 +381,8 @@ def inspect(cfg: Config) -> tuple[list[str], str | None]:
         facts = SourceFacts.read(conn)
         replicas = registered_replicas(conn)
         encrypted = encryption(conn)
-        refusals = [r for name in _captured(facts, cfg.tables) if (r := load_schema(conn, *name.split(".", 1)).refusal())]
+        schemas = [load_schema(conn, *name.split(".", 1)) for name in _captured(facts, cfg.tables)]
+        refusals = [r for r in map(TableSchema.refusal, schemas) if r]
     except pymysql.MySQLError as exc:
         return [_source_problem(cfg, "cannot read the setup of", exc)], None
     finally:

@@ -70,7 +70,8 @@ def keep_text_bytes() -> None:
     collations it does not know decode as UTF-8), and it turns an ENUM or SET member that is not
     UTF-8 into ''. binlake decodes the bytes by the column's character set instead
     (`schema.Column.encode`, `source.charsets`). A codec name that does not exist makes the library
-    keep the bytes (its own fallback for a set Python lacks)."""
+    keep the bytes (its own fallback for a set Python lacks). A MySQL JSON column likewise arrives
+    in its binary form, which `source.mysql_json` prints as the server does."""
     RowsEvent.charset_to_encoding = staticmethod(lambda name: "binlake-stored-bytes")
     TableMapEvent._read_type_values = _type_values
     BinLogPacketWrapper.read_binary_json = _binary_json
@@ -452,7 +453,8 @@ def _whole_json(before: dict[str, Any], after: dict[str, Any], table: str, at: B
     return whole
 
 
-def _image(row: dict[str, Any], prefix: str, times: list[str], sets: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+def _image(row: dict[str, Any], prefix: str, times: list[str],
+           sets: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """One row image, with three of the library's decodings corrected.
 
     A SET is a Python set of its members: it becomes their list in definition order, the order the
