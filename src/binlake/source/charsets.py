@@ -55,25 +55,49 @@ def char_length(charset: str, b: bytes, i: int) -> int:
 
 
 def _multi_byte(charset: str) -> Decoder:
+    """Python's codec decodes in C; a character it lacks goes through an error handler that looks it up,
+    and a character it decodes otherwise than the server is swapped after (`str.translate`) -- when
+    that character comes from no other sequence, which holds for every set the servers have today.
+    Otherwise each character is looked up in turn (slower)."""
     base, runs = MULTI_BYTE[charset]
     overrides: dict[bytes, str] = {}
     for start, size, first, count in runs:
         for k in range(count):
             overrides[(start + k).to_bytes(size, "big")] = chr(first + k)
+    swaps: dict[int, str] = {}
+    for seq, char in overrides.items():
+        try:
+            swaps[ord(seq.decode(base))] = char
+        except (UnicodeDecodeError, TypeError):  # Python lacks it (or decodes it to more than one character)
+            continue
+    decoded_by_python = {}
+    for seq in candidates(charset, 2):
+        try:
+            text = seq.decode(base)
+        except UnicodeDecodeError:
+            continue
+        if len(text) == 1 and ord(text) in swaps:
+            decoded_by_python.setdefault(ord(text), []).append(seq)
+    if any(len(seqs) > 1 for seqs in decoded_by_python.values()):
+        return _char_by_char(charset, base, overrides)
 
+    def lookup(exc: UnicodeError) -> tuple[str, int]:
+        assert isinstance(exc, UnicodeDecodeError)
+        size = char_length(charset, exc.object, exc.start)
+        return overrides.get(bytes(exc.object[exc.start:exc.start + size]), "?"), exc.start + size
+
+    handler = f"binlake-{charset}"
+    codecs.register_error(handler, lookup)
+    if swaps:
+        return lambda b: b.decode(base, handler).translate(swaps)
+    return lambda b: b.decode(base, handler)
+
+
+def _char_by_char(charset: str, base: str, overrides: dict[bytes, str]) -> Decoder:
     def decode(b: bytes) -> str:
-        if b.isascii():
-            return b.decode("ascii")
         out: list[str] = []
         i, n = 0, len(b)
         while i < n:
-            if b[i] < 0x80:
-                j = i + 1
-                while j < n and b[j] < 0x80:
-                    j += 1
-                out.append(b[i:j].decode("ascii"))
-                i = j
-                continue
             size = char_length(charset, b, i)
             seq = bytes(b[i:i + size])
             char = overrides.get(seq)
