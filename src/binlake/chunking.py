@@ -21,6 +21,7 @@ from typing import Any
 
 import pymysql
 
+from binlake import valuetypes
 from binlake.schema import Column, TableSchema, qualified, quote
 from binlake.source.dialect import Dialect
 from binlake.splits import Bound
@@ -259,7 +260,8 @@ class KeyOrder:
     `temporal_sort_key`, so a bound (text) and a binlog value (datetime, timedelta) compare. String
     keys compare by their collation's weight (`WEIGHT_STRING`), fetched from the server once per
     distinct value, with the collation's trailing-space rule applied (`PadSpaceWeight`). BINARY(n)
-    keys compare zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index.
+    keys compare zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index,
+    MariaDB's UUID, INET4 and INET6 keys by their stored bytes (`valuetypes.text_form_sort_key`).
     """
 
     def __init__(self, schema: TableSchema, conn: pymysql.connections.Connection | None = None) -> None:
@@ -302,6 +304,9 @@ class KeyOrder:
                 out.append(v.rstrip(" ").encode("utf-8"))
             elif c.data_type in TEMPORAL_TYPES:
                 out.append(temporal_sort_key(c, v))
+            elif c.data_type in valuetypes.TEXT_FORM_SIZES:
+                # a bound is the server's text, a binlog value the bytes: both to the server's order
+                out.append(valuetypes.text_form_sort_key(c.data_type, v))
             elif c.is_binary:
                 # the binlog drops BINARY(n)'s trailing zero bytes, and gives an all-zero value as ''
                 b = v.encode("utf-8") if isinstance(v, str) else bytes(v)

@@ -19,6 +19,9 @@ Type mapping (MySQL -> Spark):
     TIME(n)                                   -> string '[-]HH:MM:SS[.ffffff]' (may be negative or > 24h)
     CHAR/VARCHAR/TEXT/ENUM/SET/JSON           -> string
     BINARY/VARBINARY/BLOB                     -> binary
+    GEOMETRY, POINT, ... GEOMETRYCOLLECTION   -> struct<wkb: binary, srid: int> (Debezium's Geometry)
+    VECTOR(n)                                 -> array<float>
+    UUID / INET4 / INET6 (MariaDB)            -> string, as the server prints it
 Zero dates ('0000-00-00', '2024-00-00', the zero DATETIME and TIMESTAMP) become NULL on both paths.
 """
 
@@ -33,6 +36,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from binlake import valuetypes
 
 INT_TYPES = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json"}
@@ -138,6 +143,10 @@ class Column:
             return "timestamp"
         if t in BINARY_TYPES:
             return "binary"
+        if t in valuetypes.SPATIAL_TYPES:
+            return valuetypes.SPATIAL_SPARK_TYPE
+        if t == "vector":
+            return valuetypes.VECTOR_SPARK_TYPE
         return "string"
 
     # --- the shared encoding -------------------------------------------------------------
@@ -204,6 +213,12 @@ class Column:
             if isinstance(v, str):
                 return v
             return json.dumps(_json_plain(v), ensure_ascii=False)
+        if t in valuetypes.SPATIAL_TYPES:
+            return valuetypes.geometry_text(v)
+        if t == "vector":
+            return valuetypes.vector_text(v)
+        if t in valuetypes.TEXT_FORM_SIZES:
+            return valuetypes.text_form(t, v)
         if isinstance(v, bytes):
             return v.decode("utf-8", errors="surrogateescape")
         return str(v)
@@ -226,6 +241,8 @@ class Column:
         while the binlog carries the stored single-precision value, so FLOAT is read as a DOUBLE."""
         if self.data_type == "float":
             return f"CAST({quote(self.name)} AS DOUBLE)"
+        if self.data_type == "vector":
+            return f"CAST({quote(self.name)} AS BINARY)"  # PyMySQL decodes a VECTOR as text, and fails
         return quote(self.name)
 
     def decode(self, text: str | None) -> Any:
