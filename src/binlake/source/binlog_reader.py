@@ -29,6 +29,7 @@ from binlake.offsets import BinlogPosition, event_seq, row_slot
 from binlake.reconnect import Backoff, is_connection_lost
 from binlake.rowcodec import RowDecoder
 from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
+from binlake.source import binlog_types
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
 from binlake.source.dialect import purged
 
@@ -80,6 +81,7 @@ def split_key_change(change: RowChange, key: tuple[str, ...], same: Callable[[An
 
 
 def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinLogStreamReader:
+    binlog_types.install()
     return BinLogStreamReader(
         connection_settings=settings(params),
         server_id=server_id,

@@ -1,0 +1,87 @@
+"""What binlake adds to mysql-replication's decoding of table maps and row events.
+
+mysql-replication 1.0 does not know MySQL 9's VECTOR: a table map of a table with a VECTOR column
+carries a metadata field it has no name for (it raises `ValueError: 30 is not a valid
+MetadataFieldType`), the column's one byte of metadata is not read (the next columns' metadata
+shifts), and a VECTOR value raises `NotImplementedError`. `install` teaches it:
+- optional table-map metadata fields of a type it does not know are dropped before it parses them
+  (each is type, length, value, so one can be skipped whole);
+- a VECTOR column reads its metadata byte (the size of its length prefix, as a BLOB's);
+- a VECTOR value is its length-prefixed bytes: little-endian single-precision floats.
+
+Installed once per process, before the first binlog is read (`binlog_reader` calls it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymysqlreplication import column as _column
+from pymysqlreplication import row_event as _row_event
+from pymysqlreplication.bitmap import BitGet
+from pymysqlreplication.constants import BINLOG
+
+VECTOR = 242  # MYSQL_TYPE_VECTOR
+
+_installed = False
+
+
+def _length_coded(data: bytes, p: int) -> tuple[int, int]:
+    """A length-coded integer at `p`: (value, position after it)."""
+    first = data[p]
+    if first < 251:
+        return first, p + 1
+    size = {252: 2, 253: 3, 254: 8}[first]
+    return int.from_bytes(data[p + 1:p + 1 + size], "little"), p + 1 + size
+
+
+def known_metadata_only(data: bytes, start: int, end: int, known: set[int]) -> bytes:
+    """The optional metadata fields in `data[start:end]` whose type is in `known`, in order."""
+    kept = []
+    p = start
+    while p < end:
+        field_start = p
+        length, p = _length_coded(data, p + 1)
+        p += length
+        if data[field_start] in known:
+            kept.append(data[field_start:p])
+    return b"".join(kept)
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    table_map = _row_event.TableMapEvent
+    known = {m.value for m in _row_event.MetadataFieldType} - {
+        _row_event.MetadataFieldType.UNKNOWN_METADATA_FIELD_TYPE.value}
+    parse_metadata = table_map._get_optional_meta_data
+
+    def optional_metadata(self: Any) -> Any:
+        raw = self.packet.packet  # the pymysql packet under the library's wrapper
+        end = len(raw._data) - BINLOG.BINLOG_CHECKSUM_LEN
+        kept = known_metadata_only(raw._data, raw._position, end, known)
+        raw._data = raw._data[:raw._position] + kept + raw._data[end:]
+        return parse_metadata(self)
+
+    table_map._get_optional_meta_data = optional_metadata
+
+    parse_column = _column.Column._Column__parse_column_definition
+
+    def column_definition(self: Any, column_type: int, packet: Any) -> None:
+        parse_column(self, column_type, packet)
+        if column_type == VECTOR:
+            self.length_size = packet.read_uint8()
+
+    _column.Column._Column__parse_column_definition = column_definition
+
+    read_value = _row_event.RowsEvent._RowsEvent__read_values_name
+
+    def value(self: Any, column: Any, null_bitmap: Any, null_bitmap_index: int, is_partial: bool, cols_bitmap: Any,
+              unsigned: bool, i: int) -> Any:
+        if column.type == VECTOR and BitGet(cols_bitmap, i) and not self._is_null(null_bitmap, null_bitmap_index):
+            return self.packet.read_length_coded_pascal_string(column.length_size)
+        return read_value(self, column, null_bitmap, null_bitmap_index, is_partial, cols_bitmap, unsigned, i)
+
+    _row_event.RowsEvent._RowsEvent__read_values_name = value
+    _installed = True
