@@ -26,7 +26,7 @@ from .helpers import params
 
 
 def capture(dev_db: Any, database: str, tmp_path: Path, tables: list[str], create: list[str], before: list[str],
-            after: list[str], server_ids: str, sql_mode: str | None = None) -> Any:
+            after: list[str], server_ids: str, sql_mode: str | None = None, chunk_size: int = 3) -> Any:
     """Create and fill the tables, snapshot them, apply `after` through the binlog, catch up: the config."""
     port = dev_db.running_port()
     session = {"sql_mode": sql_mode} if sql_mode is not None else {}
@@ -34,7 +34,7 @@ def capture(dev_db: Any, database: str, tmp_path: Path, tables: list[str], creat
         for sql in create + before:
             cur.execute(sql)
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.({'|'.join(tables)})"],
-                            tmp_path / "lake", server_ids, chunk_size=3)
+                            tmp_path / "lake", server_ids, chunk_size=chunk_size)
     run_once(cfg_path)
     with connect(port, database, **session) as conn, conn.cursor() as cur:
         for sql in after:
@@ -209,3 +209,77 @@ def test_uuid_and_inet_are_their_text_also_as_keys(dev_db, database, spark, tmp_
             assert stored == texts, table
     finally:
         conn.close()
+
+
+# --- zero dates ------------------------------------------------------------------------------------
+
+DATES = ["0000-00-00", "2020-00-15", "2020-02-00", "0000-01-01", "2020-01-15", "1999-12-31", "2020-00-00",
+         "0001-01-01", "0000-12-00"]
+DATETIMES = ["0000-00-00 00:00:00", "2020-00-15 10:00:00.5", "2020-00-15 10:00:00.25", "2020-00-15 10:00:00",
+             "2020-01-15 10:00:00.75", "0000-01-01 00:00:01", "2020-02-00 23:59:59.99", "1999-12-31 00:00:00"]
+TIMESTAMPS = ["0000-00-00 00:00:00", "1970-01-01 00:00:01", "2020-01-15 10:00:00.000001", "2038-01-19 03:14:07.5"]
+
+
+def key_text(kind: str, v: Any) -> Any:
+    """The silver text of a key DATE/DATETIME/TIMESTAMP from the server's own text (CAST AS CHAR, UTC):
+    every fraction to 6 digits, a TIMESTAMP marked as UTC."""
+    if kind == "date":
+        return v
+    whole, _, fraction = v.partition(".")
+    return f"{whole}.{fraction.ljust(6, '0')}" + ("+00:00" if kind == "timestamp" else "")
+
+
+def plain(v: Any) -> Any:
+    """A value column's silver value for the driver's value: a zero date (which the driver gives as
+    text) is NULL."""
+    return None if isinstance(v, str) else v
+
+
+def test_zero_dates_stay_distinct_keys_and_null_values(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    zk = [f"('{DATES[i % len(DATES)]}', '{DATETIMES[i % len(DATETIMES)]}', '{i % 3}:00:00', "
+          f"'{DATES[(i + 1) % len(DATES)]}', '{DATETIMES[(i + 2) % len(DATETIMES)]}', '{TIMESTAMPS[i % 4]}', {i})"
+          for i in range(24)]
+    zd = [f"('{d}', '{t}', {i})" for i, (d, t) in enumerate((d, t) for d in DATES[:5] for t in DATETIMES[:4])]
+    zt = [f"('{t}', {i})" for i, t in enumerate(TIMESTAMPS)]
+    create = [
+        # TIME makes its row events mysql-replication's to decode; zd's and zt's are binlake's own decoder's
+        "CREATE TABLE zk (d DATE NOT NULL, dt DATETIME(3) NOT NULL, t TIME NOT NULL, vd DATE, vdt DATETIME(2), "
+        "vts TIMESTAMP(6) NULL, n INT, PRIMARY KEY (d, dt, t))",
+        "CREATE TABLE zd (d DATE NOT NULL, dt DATETIME(2) NOT NULL, n INT, PRIMARY KEY (d, dt))",
+        "CREATE TABLE zt (ts TIMESTAMP(6) NOT NULL PRIMARY KEY, n INT)",
+    ]
+    after = [
+        "INSERT INTO zk VALUES ('0000-00-00', '2020-00-15 10:00:00.125', '05:00:00', '0000-00-00', "
+        "'0000-00-00 00:00:00', '0000-00-00 00:00:00', 100), ('2020-00-15', '0000-00-00 00:00:00', '-01:00:00', "
+        "'2020-01-01', '2020-01-01 00:00:00.5', '2020-01-01 00:00:00', 101)",
+        "UPDATE zk SET vd = '2020-00-01', vdt = '2020-05-05 00:00:00', vts = '0000-00-00 00:00:00' WHERE n = 3",
+        "UPDATE zk SET d = '0000-00-00', dt = '0000-00-00 00:00:00', t = '07:00:00' WHERE n = 4",
+        "UPDATE zk SET dt = '2020-00-15 10:00:00.5', t = '08:00:00' WHERE n = 0",
+        "DELETE FROM zk WHERE n IN (1, 9)",
+        "INSERT INTO zd VALUES ('0000-00-00', '2020-00-15 10:00:00.12', 100), ('2020-00-00', '0000-00-00 00:00:00', 101)",
+        "UPDATE zd SET d = '0000-12-00' WHERE n = 5", "UPDATE zd SET n = -n WHERE d = '2020-00-15'",
+        "DELETE FROM zd WHERE n IN (0, 1)",
+        "INSERT INTO zt VALUES ('2001-01-01 00:00:00', 100)", "UPDATE zt SET ts = '2002-02-02 00:00:00' WHERE n = 1",
+        "DELETE FROM zt WHERE n = 0", "INSERT INTO zt VALUES ('0000-00-00 00:00:00', 101)",
+    ]
+    cfg = capture(dev_db, database, tmp_path, ["zk", "zd", "zt"], create,
+                  [f"INSERT INTO zk VALUES {', '.join(zk)}", f"INSERT INTO zd VALUES {', '.join(zd)}",
+                   f"INSERT INTO zt VALUES {', '.join(zt)}"], after, "6230-6234", sql_mode="", chunk_size=2)
+
+    def compare(table: str, key: dict[str, str], rest: list[str]) -> list[tuple[Any, ...]]:
+        """Silver's rows, once checked equal to the source's: key columns as the server prints them."""
+        # TIME as the server prints it too, which is silver's text for it
+        cols = ", ".join([f"CAST({k} AS CHAR)" for k in key] + [f"CAST({c} AS CHAR)" if c == "t" else c for c in rest])
+        want = [tuple(key_text(kind, v) for kind, v in zip(key.values(), r[:len(key)])) +
+                tuple(v if c == "t" else plain(v) for c, v in zip(rest, r[len(key):]))
+                for r in source(dev_db, database, f"SELECT {cols} FROM {table}")]
+        df = silver(spark, cfg, f"{database}.{table}")
+        assert all(t == "string" for c, t in df.dtypes if c in key), df.dtypes
+        got = sorted(tuple(r) for r in df.select(*key, *rest).collect())
+        assert got == sorted(want), table
+        return got
+
+    compare("zk", {"d": "date", "dt": "datetime"}, ["t", "vd", "vdt", "vts", "n"])
+    zd_keys = [r[:2] for r in compare("zd", {"d": "date", "dt": "datetime"}, ["n"])]
+    assert {("2020-00-00", "0000-00-00 00:00:00.000000"), ("0000-00-00", "2020-00-15 10:00:00.120000")} <= set(zd_keys)
+    assert ("0000-00-00 00:00:00.000000+00:00", 101) in compare("zt", {"ts": "timestamp"}, ["n"])

@@ -7,23 +7,45 @@ shifts), and a VECTOR value raises `NotImplementedError`. `install` teaches it:
 - optional table-map metadata fields of a type it does not know are dropped before it parses them
   (each is type, length, value, so one can be skipped whole);
 - a VECTOR column reads its metadata byte (the size of its length prefix, as a BLOB's);
-- a VECTOR value is its length-prefixed bytes: little-endian single-precision floats.
+- a VECTOR value is its length-prefixed bytes: little-endian single-precision floats;
+- a zero or partly zero DATE or DATETIME ('0000-00-00', '2020-00-15 10:00:00.5'), which the library
+  gives as None, is its text, as `rowcodec` gives it: a key of such values must stay distinct.
 
 Installed once per process, before the first binlog is read (`binlog_reader` calls it).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pymysqlreplication import column as _column
 from pymysqlreplication import row_event as _row_event
 from pymysqlreplication.bitmap import BitGet
-from pymysqlreplication.constants import BINLOG
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 
 VECTOR = 242  # MYSQL_TYPE_VECTOR
 
+OURS = frozenset({VECTOR, FIELD_TYPE.DATE, FIELD_TYPE.DATETIME2})
+
 _installed = False
+
+
+def _date(k: int) -> dt.date | str:
+    """A DATE's 3 bytes (year << 9 | month << 5 | day): a date, or the text of a zero date."""
+    y, mo, d = k >> 9, (k >> 5) & 15, k & 31
+    return f"{y:04d}-{mo:02d}-{d:02d}" if y == 0 or mo == 0 or d == 0 else dt.date(y, mo, d)
+
+
+def _datetime(k: int, micros: int, fsp: int) -> dt.datetime | str:
+    """A DATETIME2's 5 bytes (sign, year * 13 + month, day, hour, minute, second) and its fraction:
+    a datetime, or the text of a zero date."""
+    ym, day, hour, minute, second = (k >> 22) & 0x1FFFF, (k >> 17) & 31, (k >> 12) & 31, (k >> 6) & 63, k & 63
+    try:
+        return dt.datetime(ym // 13, ym % 13, day, hour, minute, second, max(micros, 0))
+    except ValueError:
+        text = f"{ym // 13:04d}-{ym % 13:02d}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}"
+        return text + (f".{micros:06d}" if fsp else "")
 
 
 def _length_coded(data: bytes, p: int) -> tuple[int, int]:
@@ -79,8 +101,13 @@ def install() -> None:
 
     def value(self: Any, column: Any, null_bitmap: Any, null_bitmap_index: int, is_partial: bool, cols_bitmap: Any,
               unsigned: bool, i: int) -> Any:
-        if column.type == VECTOR and BitGet(cols_bitmap, i) and not self._is_null(null_bitmap, null_bitmap_index):
-            return self.packet.read_length_coded_pascal_string(column.length_size)
+        if column.type in OURS and BitGet(cols_bitmap, i) and not self._is_null(null_bitmap, null_bitmap_index):
+            if column.type == VECTOR:
+                return self.packet.read_length_coded_pascal_string(column.length_size)
+            if column.type == FIELD_TYPE.DATE:
+                return _date(self.packet.read_uint24())
+            k = int.from_bytes(self.packet.read(5), "big")
+            return _datetime(k, self._RowsEvent__read_fsp(column), column.fsp)
         return read_value(self, column, null_bitmap, null_bitmap_index, is_partial, cols_bitmap, unsigned, i)
 
     _row_event.RowsEvent._RowsEvent__read_values_name = value
