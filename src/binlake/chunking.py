@@ -22,7 +22,7 @@ from typing import Any
 import pymysql
 
 from binlake import valuetypes
-from binlake.schema import Column, TableSchema, qualified, quote
+from binlake.schema import Column, TableSchema, qualified, quote, zero_date_key
 from binlake.source.dialect import Dialect
 from binlake.splits import Bound
 
@@ -249,7 +249,10 @@ def temporal_sort_key(col: Column, value: Any) -> Any:
         hms, _, frac = text.lstrip("-").partition(".")
         h, m, s = (int(x) for x in hms.split(":"))
         return sign * (((h * 60 + m) * 60 + s) * 1_000_000 + int((frac or "0").ljust(6, "0")[:6]))
-    text = value if isinstance(value, str) else col.encode(value)
+    if isinstance(value, str):  # a bound, or a zero date the binlog gave as text ('2020-00-15 10:00:00')
+        text = zero_date_key(col.data_type, value) if col.in_key else value
+    else:
+        text = col.encode(value)
     return (text or "").removesuffix("+00:00")
 
 
