@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import deltalake
+import pyarrow
 import pymysql
 
 from binlake.config import Config, load
@@ -54,6 +56,14 @@ def stream_once(cfg_path: Path) -> Config:
 
 def silver(spark: Any, cfg: Config, name: str) -> Any:
     return spark.read.format("delta").load(Target.of(cfg).silver(name).location)
+
+
+def silver_rows(cfg: Config, name: str) -> list[dict[str, Any]]:
+    """Silver read with delta-rs, not with binlake's Spark code: an independent reader of the table.
+    (Its SQL engine, since the plain reader refuses deletion vectors and column mapping.)"""
+    table = deltalake.DeltaTable(Target.of(cfg).silver(name).location)
+    result = deltalake.QueryBuilder().register("silver", table).execute("SELECT * FROM silver").read_all()
+    return pyarrow.table(result).to_pylist()
 
 
 def connect(port: int, database: str | None = None, **session: str) -> pymysql.connections.Connection:
