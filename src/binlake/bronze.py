@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from binlake.schema import TableSchema
+from binlake import valuetypes
+from binlake.schema import Column, TableSchema
 from binlake.target import CHECKPOINT_INTERVAL
 
 CHANGE_META = (
@@ -59,8 +60,17 @@ _SIMPLE: dict[str, T.DataType] = {
 }
 
 
+_COMPLEX: dict[str, T.DataType] = {
+    valuetypes.SPATIAL_SPARK_TYPE: T.StructType([T.StructField("wkb", T.BinaryType()),
+                                                 T.StructField("srid", T.IntegerType())]),
+    valuetypes.VECTOR_SPARK_TYPE: T.ArrayType(T.FloatType()),
+}
+
+
 def spark_type(ddl: str) -> T.DataType:
     """The Spark type of `Column.spark_type()`, built without asking a session (pipelines forbid it)."""
+    if ddl in _COMPLEX:
+        return _COMPLEX[ddl]
     if ddl.startswith("decimal("):
         p, s = ddl[len("decimal("):-1].split(",")
         return T.DecimalType(int(p), int(s))
@@ -89,11 +99,20 @@ def typed_flat(changes: DataFrame, schema: TableSchema) -> DataFrame:
     return _typed(changes, schema, [F.col(f"_c{i}") for i in range(len(schema.columns))])
 
 
+def typed_value(column: Column, text: Any) -> Any:
+    """An encoded value (`Column.encode`), a Spark column of text, as the column's Spark value."""
+    if column.is_binary:
+        return F.unbase64(text)
+    if column.data_type in valuetypes.SPATIAL_TYPES:  # "<srid>:<base64 WKB>"
+        return F.when(text.isNotNull(), F.struct(F.unbase64(F.substring_index(text, ":", -1)).alias("wkb"),
+                                                 F.substring_index(text, ":", 1).cast("int").alias("srid")))
+    if column.data_type == "vector":  # a JSON array
+        return F.from_json(text, spark_type(column.spark_type()), JSON_OPTIONS)
+    return text.cast(spark_type(column.spark_type()))
+
+
 def _typed(changes: DataFrame, schema: TableSchema, raw: list[Any]) -> DataFrame:
-    cols = []
-    for field, col, text in zip(column_types(schema), schema.columns, raw):
-        value = F.unbase64(text) if col.is_binary else text.cast(field.dataType)
-        cols.append(value.alias(col.name))
+    cols = [typed_value(col, text).alias(col.name) for col, text in zip(schema.columns, raw)]
     meta = [
         F.col("_op"), F.col("_seq"), F.timestamp_seconds("_ts").alias("_ts"), F.col("_file"), F.col("_pos"),
         F.col("_gtid"), F.col("_chunk"), F.col("_lw"),

@@ -21,7 +21,8 @@ from typing import Any
 
 import pymysql
 
-from binlake.schema import Column, TableSchema, qualified, quote
+from binlake import valuetypes
+from binlake.schema import Column, TableSchema, qualified, quote, zero_date_key
 from binlake.source.dialect import Dialect
 from binlake.splits import Bound
 
@@ -248,7 +249,10 @@ def temporal_sort_key(col: Column, value: Any) -> Any:
         hms, _, frac = text.lstrip("-").partition(".")
         h, m, s = (int(x) for x in hms.split(":"))
         return sign * (((h * 60 + m) * 60 + s) * 1_000_000 + int((frac or "0").ljust(6, "0")[:6]))
-    text = value if isinstance(value, str) else col.encode(value)
+    if isinstance(value, str):  # a bound, or a zero date the binlog gave as text ('2020-00-15 10:00:00')
+        text = zero_date_key(col.data_type, value) if col.in_key else value
+    else:
+        text = col.encode(value)
     return (text or "").removesuffix("+00:00")
 
 
@@ -259,7 +263,8 @@ class KeyOrder:
     `temporal_sort_key`, so a bound (text) and a binlog value (datetime, timedelta) compare. String
     keys compare by their collation's weight (`WEIGHT_STRING`), fetched from the server once per
     distinct value, with the collation's trailing-space rule applied (`PadSpaceWeight`). BINARY(n)
-    keys compare zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index.
+    keys compare zero-padded to n bytes (the binlog drops the padding), ENUM keys by member index,
+    MariaDB's UUID, INET4 and INET6 keys by their stored bytes (`valuetypes.text_form_sort_key`).
     """
 
     def __init__(self, schema: TableSchema, conn: pymysql.connections.Connection | None = None) -> None:
@@ -304,6 +309,9 @@ class KeyOrder:
                 out.append(v.rstrip(" ").encode("utf-8"))
             elif c.data_type in TEMPORAL_TYPES:
                 out.append(temporal_sort_key(c, v))
+            elif c.data_type in valuetypes.TEXT_FORM_SIZES:
+                # a bound is the server's text, a binlog value the bytes: both to the server's order
+                out.append(valuetypes.text_form_sort_key(c.data_type, v))
             elif c.is_binary:
                 # the binlog drops BINARY(n)'s trailing zero bytes, and gives an all-zero value as ''
                 b = v.encode("utf-8") if isinstance(v, str) else bytes(v)

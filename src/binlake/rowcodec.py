@@ -5,8 +5,11 @@ a packet read that slices a buffer), which caps the stream at a few thousand row
 the row images of one table-map shape are decoded by a function generated once for that shape:
 straight-line code per column, reading the event's bytes in place with precompiled `struct`
 formats. It gives the values mysql-replication gives -- with text kept as bytes (see
-`binlog_reader.keep_text_bytes`) and after `binlog_reader._image`'s corrections (a SET is the list
+`source.binlog_types`) and after `binlog_reader._image`'s corrections (a SET is the list
 of its members in definition order) -- and is checked against it value for value in the tests.
+
+A zero or partly zero DATE or DATETIME ('0000-00-00', '2020-00-15 10:00:00.5'), which has no Python
+value, is its text (mysql-replication, as `binlog_types` corrects it, gives the same).
 
 Only full row images of these column types are decoded here: integers, FLOAT, DOUBLE, DECIMAL,
 CHAR/VARCHAR/BINARY/VARBINARY, TEXT/BLOB, ENUM, SET, YEAR, DATE, DATETIME(n), TIMESTAMP(n), and
@@ -129,7 +132,7 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
         return [
             f"{ind}k = b[p] | b[p + 1] << 8 | b[p + 2] << 16; p += 3",
             f"{ind}y, mo, d = k >> 9, (k >> 5) & 15, k & 31",
-            f"{ind}{v} = None if k == 0 or y == 0 or mo == 0 or d == 0 else date(y, mo, d)",
+            f"{ind}{v} = f'{{y:04d}}-{{mo:02d}}-{{d:02d}}' if y == 0 or mo == 0 or d == 0 else date(y, mo, d)",
         ]
     if t == FIELD_TYPE.DATETIME2:
         lines = [
@@ -138,12 +141,16 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
             f"{ind}try:",
             f"{ind}    {v} = datetime(ym // 13, ym % 13, (k >> 17) & 31, (k >> 12) & 31, (k >> 6) & 63, k & 63)",
             f"{ind}except ValueError:",
-            f"{ind}    {v} = None",
+            f"{ind}    {v} = (f'{{ym // 13:04d}}-{{ym % 13:02d}}-{{(k >> 17) & 31:02d}} {{(k >> 12) & 31:02d}}:'",
+            f"{ind}          f'{{(k >> 6) & 63:02d}}:{{k & 63:02d}}')",
         ]
         frac: list[str] = []
         _fraction(c.fsp, v, frac, ind + "    ")
         if frac:
-            lines += [f"{ind}if {v} is None:", f"{ind}    p += {(c.fsp + 1) // 2}", f"{ind}else:", *frac]
+            n = (c.fsp + 1) // 2
+            us = f"int.from_bytes(b[p:p + {n}], 'big', signed=True)" + (" // 10" if c.fsp % 2 else "")
+            lines += [f"{ind}if {v}.__class__ is str:",
+                      f"{ind}    {v} += '.%06d' % ({us} * {10 ** (6 - c.fsp)}); p += {n}", f"{ind}else:", *frac]
         return lines
     if t == FIELD_TYPE.TIMESTAMP2:
         lines = [f"{ind}{v} = utcfromtimestamp(int.from_bytes(b[p:p + 4], 'big', signed=True)); p += 4"]

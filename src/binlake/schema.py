@@ -19,7 +19,12 @@ Type mapping (MySQL -> Spark):
     TIME(n)                                   -> string '[-]HH:MM:SS[.ffffff]' (may be negative or > 24h)
     CHAR/VARCHAR/TEXT/ENUM/SET/JSON           -> string
     BINARY/VARBINARY/BLOB                     -> binary
-Zero dates ('0000-00-00', '2024-00-00', the zero DATETIME and TIMESTAMP) become NULL on both paths.
+    GEOMETRY, POINT, ... GEOMETRYCOLLECTION   -> struct<wkb: binary, srid: int> (Debezium's Geometry)
+    VECTOR(n)                                 -> array<float>
+    UUID / INET4 / INET6 (MariaDB)            -> string, as the server prints it
+Zero dates ('0000-00-00', '2024-00-00', the zero DATETIME and TIMESTAMP) become NULL on both paths,
+except in a key: a DATE, DATETIME or TIMESTAMP column of the primary key or the chunk key is a string
+holding the server's text ('2020-00-15', '0000-00-00 00:00:00.000000'), see `zero_date_key`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from binlake import valuetypes
 from binlake.errors import UnconvertibleValueError
 from binlake.source.charsets import charset_of, decoder, supported
 from binlake.source.mysql_json import MysqlJson
@@ -46,7 +52,8 @@ PLAIN_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
 # every type `encode` and `spark_type` map (the README's type mapping); a table with another is refused
 CAPTURED_TYPES = {*INT_TYPES, "decimal", "float", "double", "real", "bit", "year", "date", "datetime", "timestamp",
-                  "time", *STRING_TYPES, *BINARY_TYPES}
+                  "time", *STRING_TYPES, *BINARY_TYPES, *valuetypes.SPATIAL_TYPES, "vector",
+                  *valuetypes.TEXT_FORM_SIZES}
 
 
 # how COLUMN_TYPE quotes an ENUM or SET member: ' doubled, and backslash escapes
@@ -60,6 +67,22 @@ def _unescaped(m: re.Match[str]) -> str:
 
 # TIMESTAMP's range starts one second after the epoch; anything earlier is the zero TIMESTAMP
 TIMESTAMP_MIN = dt.datetime(1970, 1, 1, 0, 0, 1)
+KEY_TEMPORAL = ("date", "datetime", "timestamp")
+
+
+def zero_date_key(data_type: str, text: str) -> str:
+    """A key DATE/DATETIME/TIMESTAMP's encoded text from the server's text, which may be a zero or
+    partly zero date ('0000-00-00', '2020-00-15 10:00:00.5'): the form `encode` gives a valid one,
+    'YYYY-MM-DD', 'YYYY-MM-DD HH:MM:SS.ffffff', the same with '+00:00' for a TIMESTAMP (in UTC).
+
+    Such a value has no date or timestamp to become, and a key that became NULL would merge every
+    zero date into one row, so a key column of these types is a string in silver: this text, which
+    keeps each source key distinct and orders as the server orders them."""
+    if data_type == "date":
+        return text[:10]
+    whole, _, fraction = text.removesuffix("+00:00").partition(".")
+    out = f"{whole[:19]}.{fraction[:6].ljust(6, '0')}"
+    return out + "+00:00" if data_type == "timestamp" else out
 
 
 def _json_plain(v: Any) -> Any:
@@ -98,6 +121,7 @@ class Column:
     fraction: int = 0  # DATETIME_PRECISION
     length: int | None = None  # CHARACTER_MAXIMUM_LENGTH (bytes for binary)
     collation: str | None = None
+    in_key: bool = False  # in the primary key or the chunk key (a key DATE/DATETIME/TIMESTAMP keeps zero dates)
 
     @property
     def unsigned(self) -> bool:
@@ -147,6 +171,8 @@ class Column:
             return "boolean" if w == 1 else ("bigint" if w < 64 else "decimal(20,0)")
         if t == "year":
             return "int"
+        if t in KEY_TEMPORAL and self.in_key:
+            return "string"  # a zero date must stay a distinct key: see `zero_date_key`
         if t == "date":
             return "date"
         if t == "datetime":
@@ -155,6 +181,10 @@ class Column:
             return "timestamp"
         if t in BINARY_TYPES:
             return "binary"
+        if t in valuetypes.SPATIAL_TYPES:
+            return valuetypes.SPATIAL_SPARK_TYPE
+        if t == "vector":
+            return valuetypes.VECTOR_SPARK_TYPE
         return "string"
 
     # --- the shared encoding -------------------------------------------------------------
@@ -181,6 +211,8 @@ class Column:
             else:
                 n = int(v)
             return ("true" if n else "false") if self.bit_width == 1 else str(n)
+        if t in KEY_TEMPORAL and self.in_key and isinstance(v, str):
+            return zero_date_key(t, v)
         if t == "date":
             if isinstance(v, str):
                 return None if v.startswith("0000") or "-00" in v else v
@@ -191,7 +223,7 @@ class Column:
             if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
                 v = dt.datetime(v.year, v.month, v.day)
             if t == "timestamp" and v < TIMESTAMP_MIN:
-                return None  # the zero TIMESTAMP is 0 seconds in the binlog, '0000-00-00 ...' in a SELECT
+                return zero_date_key(t, "0000-00-00 00:00:00") if self.in_key else None  # the zero TIMESTAMP is 0 seconds in the binlog, '0000-00-00 ...' in a SELECT
             text = f"{v.year:04d}-{v.month:02d}-{v.day:02d} {v.hour:02d}:{v.minute:02d}:{v.second:02d}.{v.microsecond:06d}"
             return text + "+00:00" if t == "timestamp" else text
         if t == "time":
@@ -225,6 +257,12 @@ class Column:
             if isinstance(v, str):
                 return v
             return json.dumps(_json_plain(v), ensure_ascii=False)
+        if t in valuetypes.SPATIAL_TYPES:
+            return valuetypes.geometry_text(v)
+        if t == "vector":
+            return valuetypes.vector_text(v)
+        if t in valuetypes.TEXT_FORM_SIZES:
+            return valuetypes.text_form(t, v)
         if isinstance(v, bytes):
             return self.text(v)
         return str(v)
@@ -256,6 +294,10 @@ class Column:
         while the binlog carries the stored single-precision value, so FLOAT is read as a DOUBLE."""
         if self.data_type == "float":
             return f"CAST({quote(self.name)} AS DOUBLE)"
+        if self.data_type in KEY_TEMPORAL and self.in_key:
+            return f"CAST({quote(self.name)} AS CHAR)"  # the drivers give None for a zero date
+        if self.data_type == "vector":
+            return f"CAST({quote(self.name)} AS BINARY)"  # PyMySQL decodes a VECTOR as text, and fails
         return quote(self.name)
 
     def decode(self, text: str | None) -> Any:

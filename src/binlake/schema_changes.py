@@ -143,12 +143,13 @@ _TYPES: dict[int, frozenset[str]] = {
     12: frozenset({"datetime"}), 18: frozenset({"datetime"}), 7: frozenset({"timestamp"}),
     17: frozenset({"timestamp"}), 11: frozenset({"time"}), 19: frozenset({"time"}),
     15: frozenset({"varchar", "varbinary"}), 253: frozenset({"varchar", "varbinary"}),
-    254: frozenset({"char", "binary"}), 247: frozenset({"enum"}), 248: frozenset({"set"}),
+    254: frozenset({"char", "binary", "uuid", "inet4", "inet6"}), 247: frozenset({"enum"}), 248: frozenset({"set"}),
     245: frozenset({"json"}),
     **{code: frozenset({"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob",
                         "longblob", "json"}) for code in (249, 250, 251, 252)},
     255: frozenset({"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-                    "multipolygon", "geometrycollection"}),
+                    "multipolygon", "geometrycollection", "geomcollection"}),
+    242: frozenset({"vector"}),
 }
 _BINARY_FAMILY = {"varbinary", "binary", "tinyblob", "blob", "mediumblob", "longblob"}
 

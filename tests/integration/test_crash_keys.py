@@ -110,7 +110,8 @@ def test_kill_mid_plan_and_between_watermarks_with_string_and_composite_keys(dev
         assert all(s.status == "done" for s in splits)
         df = spark.read.format("delta").load(target.silver(name).location)
         lake = sorted(tuple(r) for r in df.selectExpr(*cols.split(", ")).collect())
-        assert lake == rows(port, database, table, cols), f"silver {name} differs from the source"
+        # a DATE key is its text in silver
+        assert lake == rows(port, database, table, cols.replace(" d,", " CAST(d AS CHAR),")), f"silver {name} differs"
         key = cols.split(", ")[:-1]
         dup = (spark.read.format("delta").load(target.bronze(name).location).where("_op IN ('r','c','u','d')")
                .groupBy(*key, "_seq", "_op").count().where("count > 1").count())

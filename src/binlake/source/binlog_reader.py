@@ -20,64 +20,25 @@ import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
 from pymysqlreplication.json_binary import JsonDiff
-from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent,
                                      XidEvent)
-from pymysqlreplication.row_event import (DeleteRowsEvent, PartialUpdateRowsEvent, RowsEvent, TableMapEvent,
-                                          UpdateRowsEvent, WriteRowsEvent)
+from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
 from binlake.reconnect import Backoff, is_connection_lost
 from binlake.rowcodec import RowDecoder
 from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
+from binlake.source import binlog_types
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
 from binlake.source.dialect import purged
-from binlake.source.mysql_json import MysqlJson
 
 log = logging.getLogger(__name__)
 
 Op = Literal["c", "u", "d"]
 
 
-def _type_values(self: Any, length: int) -> list[list[bytes]] | None:
-    """ENUM and SET members from a table map's metadata, as bytes."""
-    packet, out = self.packet, []
-    end = packet.read_bytes + length
-    while packet.read_bytes < end:
-        count = packet.read_length_coded_binary()
-        out.append([packet.read_variable_length_string() for _ in range(count)])
-    return out or None
-
-
-def _binary_json(self: Any, size: int, is_partial: bool) -> Any:
-    """A JSON column's stored binary form (`mysql_json` prints it); a partial update's diff as the
-    library decodes it."""
-    if is_partial:
-        return _library_binary_json(self, size, is_partial)
-    length = self.read_uint_by_size(size)
-    return MysqlJson(self.read(length)) if length else None
-
-
-_library_binary_json = BinLogPacketWrapper.read_binary_json
-
-
-def keep_text_bytes() -> None:
-    """Text columns and ENUM/SET members arrive from mysql-replication as the stored bytes.
-
-    The library decodes them with the Python codec its collation table names, which is wrong for
-    several of MySQL's character sets (latin1 is not cp1252, ucs2 and utf16 are big-endian, and
-    collations it does not know decode as UTF-8), and it turns an ENUM or SET member that is not
-    UTF-8 into ''. binlake decodes the bytes by the column's character set instead
-    (`schema.Column.encode`, `source.charsets`). A codec name that does not exist makes the library
-    keep the bytes (its own fallback for a set Python lacks). A MySQL JSON column likewise arrives
-    in its binary form, which `source.mysql_json` prints as the server does."""
-    RowsEvent.charset_to_encoding = staticmethod(lambda name: "binlake-stored-bytes")
-    TableMapEvent._read_type_values = _type_values
-    BinLogPacketWrapper.read_binary_json = _binary_json
-
-
-keep_text_bytes()
+binlog_types.install()  # before any event is parsed, also by a reader opened directly (the tests)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pymysql
@@ -72,6 +73,7 @@ def load_schema(
             unique.setdefault(r["INDEX_NAME"], set()).add(r["COLUMN_NAME"])
     name = f"{database}.{table}"
     configured = tuple((chunk_keys or {}).get(name, ()))
+    cols = tuple(dataclasses.replace(c, in_key=True) if c.name in pk or c.name in configured else c for c in cols)
     names = {c.name for c in cols}
     for k in configured:
         if k not in names:

@@ -18,6 +18,10 @@ from binlake.source import tls
 from binlake.source.tls import Tls
 
 DEFAULT_READ_TIMEOUT = 60
+# every session in UTC (see `connect`), and without NO_ZERO_DATE / NO_ZERO_IN_DATE: MySQL refuses a
+# comparison with a zero date under them (error 1525), and a chunk bound may be one ('2020-00-15')
+SESSION = ("SET time_zone = '+00:00', sql_mode = TRIM(BOTH ',' FROM REPLACE(REPLACE(REPLACE(@@sql_mode, "
+           "'NO_ZERO_IN_DATE', ''), 'NO_ZERO_DATE', ''), ',,', ','))")
 
 
 def _basics(params: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +46,7 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
     """
     try:
         conn = pymysql.connect(**settings(params), autocommit=True, charset="utf8mb4",
-                               init_command="SET time_zone = '+00:00'", **kw)
+                               init_command=SESSION, **kw)
     except pymysql.err.MySQLError as exc:
         raise cannot_connect(params, exc) from None
     tls.learn(params["host"], int(params["port"]), conn)
@@ -126,7 +130,7 @@ def bulk_connect(params: dict[str, Any]) -> Any:
         return connect(params)
     try:
         return MySQLdb.connect(**_basics(params), **args, autocommit=True, charset="utf8mb4",
-                               init_command="SET time_zone = '+00:00'")
+                               init_command=SESSION)
     except MySQLdb.MySQLError as exc:
         raise cannot_connect(params, exc) from None
 

@@ -110,10 +110,9 @@ def align(spark: SparkSession, location: str, wanted: list[T.StructField], renam
 
 def value(column: Column, text: str | None) -> Any:
     """An encoded value (`Column.encode`) as a typed literal, cast as bronze casts it."""
-    spark_type = bronze.spark_type(column.spark_type())
     if text is None:
-        return F.lit(None).cast(spark_type)
-    return F.unbase64(F.lit(text)) if column.is_binary else F.lit(text).cast(spark_type)
+        return F.lit(None).cast(bronze.spark_type(column.spark_type()))
+    return bronze.typed_value(column, F.lit(text))
 
 
 def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], new: list[Version], policy: Policy,
