@@ -6,11 +6,11 @@ setup:
 # every test on MariaDB, the fast ones on MySQL too (tests/conftest.py says why), in two processes
 # (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
-	.venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 tests
+	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests
 
 # the whole integration suite on MySQL alone, slow tests included
 test-mysql: setup
-	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=30 tests/integration
+	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests/integration
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit tests/bundle

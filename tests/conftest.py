@@ -9,8 +9,8 @@ integration suite on MySQL alone). On a 2-core machine the slow tests on both se
 `make test` past its 30 minutes, while the fast ones still cover what differs between the servers:
 their statements, chunk reads, binlog decoding and collations.
 
-`make test` runs the suite in two pytest-xdist processes, a test file to each at a time; each process
-starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
+`make test` runs the suite in two pytest-xdist processes, each handed the next test as it frees up;
+each process starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
 """
 
 from __future__ import annotations

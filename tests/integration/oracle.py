@@ -296,6 +296,8 @@ def replay(params: dict[str, Any], database: str, start: BinlogPosition, stop: B
 
 def _image(values: dict[str, Any]) -> tuple[int, Row]:
     s = values["s"]
+    if isinstance(s, bytes):  # binlake's reader settings make the library keep text as its (utf8mb4) bytes
+        s = s.decode("utf-8")
     return int(values["id"]), (str(int(values["n"])), None if s is None else str(s))
 
 

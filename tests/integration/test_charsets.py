@@ -117,6 +117,7 @@ def _literal(charset: str, raw: bytes) -> str:
     return f"_{charset} x'{raw.hex()}'" if raw else "''"
 
 
+@pytest.mark.slow  # over a minute a server; the decoding itself is checked on both servers above
 def test_text_in_every_character_set_through_snapshot_and_binlog(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     rnd = random.Random(20)

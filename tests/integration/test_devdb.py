@@ -58,4 +58,5 @@ def test_binlog_row_event_carries_column_names(dev_db: DevDb, database: str) -> 
     assert (event.schema, event.table) == (database, "items")
     # without binlog_row_metadata=FULL the names would be placeholders and only the types known
     assert [c.name for c in event.columns] == ["id", "label", "price"]
-    assert [row["values"] for row in event.rows] == [{"id": 1, "label": "Zoë ☕", "price": Decimal("12.34")}]
+    # text as the stored bytes: binlake's reader settings apply to the library in this process
+    assert [row["values"] for row in event.rows] == [{"id": 1, "label": "Zoë ☕".encode(), "price": Decimal("12.34")}]
