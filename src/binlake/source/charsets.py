@@ -57,19 +57,20 @@ def char_length(charset: str, b: bytes, i: int) -> int:
 def _multi_byte(charset: str) -> Decoder:
     """Python's codec decodes in C; a character it lacks goes through an error handler that looks it up,
     and a character it decodes otherwise than the server is swapped after (`str.translate`) -- when
-    that character comes from no other sequence, which holds for every set the servers have today.
-    Otherwise each character is looked up in turn (slower)."""
+    that character comes from no other sequence and is no character the handler gives, which holds
+    for every set the servers have today. Otherwise each character is looked up in turn (slower)."""
     base, runs = MULTI_BYTE[charset]
     overrides: dict[bytes, str] = {}
     for start, size, first, count in runs:
         for k in range(count):
             overrides[(start + k).to_bytes(size, "big")] = chr(first + k)
     swaps: dict[int, str] = {}
+    looked_up: set[int] = set()  # what the error handler gives
     for seq, char in overrides.items():
         try:
             swaps[ord(seq.decode(base))] = char
         except (UnicodeDecodeError, TypeError):  # Python lacks it (or decodes it to more than one character)
-            continue
+            looked_up.add(ord(char))
     decoded_by_python = {}
     for seq in candidates(charset, 2):
         try:
@@ -78,7 +79,7 @@ def _multi_byte(charset: str) -> Decoder:
             continue
         if len(text) == 1 and ord(text) in swaps:
             decoded_by_python.setdefault(ord(text), []).append(seq)
-    if any(len(seqs) > 1 for seqs in decoded_by_python.values()):
+    if any(len(seqs) > 1 for seqs in decoded_by_python.values()) or looked_up & swaps.keys():
         return _char_by_char(charset, base, overrides)
 
     def lookup(exc: UnicodeError) -> tuple[str, int]:
