@@ -60,6 +60,7 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 ON_PURGED = ("fail", "resnapshot")
+ON_SOURCE_CHANGE = ("fail", "resnapshot")
 SCHEMA_CHANGES = ("evolve", "lenient", "ignore", "fail")
 STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
 
@@ -117,6 +118,11 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "on-purged": (_choice(*ON_PURGED), "fail",
                       "the stored binlog position's file was purged from the server: `fail` (exit code 1, "
                       "naming the file), or `resnapshot` the captured tables"),
+        "on-source-change": (_choice(*ON_SOURCE_CHANGE), "fail",
+                             "the server at source.hostname no longer holds the binlog history of the stored "
+                             "position (another server, a new data directory, a restore from an older backup): "
+                             "`fail` (exit code 1, saying what was stored and what the server has), or "
+                             "`resnapshot` the captured tables"),
     },
     "databricks": {
         "secret-scope": (_opt_str, None, "secret scope holding the source password"),

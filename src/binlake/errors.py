@@ -7,6 +7,8 @@ BinlakeError
 │                          batch is written)
 └── RuntimeFailure     the pipeline could not do its work (exit code 1)
     ├── PositionGoneError  a stored binlog position is no longer on the server
+    ├── SourceChangedError the server no longer holds the history of the stored position (replaced,
+    │                      restored, another server)
     ├── SchemaChangedError a captured table changed in a way the stream cannot follow in place
     │   └── SnapshotChangedError  ... while it was being snapshotted (the snapshot is taken again)
     └── NewTableError      a table created while streaming now matches source.tables (the stream
@@ -54,6 +56,10 @@ class RuntimeFailure(BinlakeError):
 
 class PositionGoneError(RuntimeFailure):
     pass
+
+
+class SourceChangedError(RuntimeFailure):
+    """The server no longer holds the binlog history of the stored position (binlake.source.identity)."""
 
 
 class SchemaChangedError(RuntimeFailure):

@@ -19,13 +19,14 @@ from binlake import bronze, faults, silver
 from binlake.spark import state as split_state
 from binlake.config import Config
 from binlake.errors import (ConfigError, NewTableError, PositionGoneError, RuntimeFailure, SchemaChangedError,
-                            SnapshotChangedError, raised_in_spark)
+                            SnapshotChangedError, SourceChangedError, raised_in_spark)
 from binlake.evolution import History, Version
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.catalog import captured_tables, load_schema
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
+from binlake.source.identity import Lineage, identify, verify
 from binlake.splits import Split
 from binlake.target import Target
 from binlake.validation import check_server_ids
@@ -109,6 +110,31 @@ class Context:
         """Load the captured tables and their schemas again (tables may have come or gone)."""
         self._schemas = None
 
+    def lineage(self) -> Lineage:
+        """The server binlake reads (`_binlake/source.json`), recorded at the first connection: its
+        identity and the creation time of its binlog's head file."""
+        path = self.target.source_lineage
+        found = Lineage.load(path)
+        if found is not None:
+            return found
+        conn = connect(self.params)
+        try:
+            identity, _ = identify(conn)
+            head = binlog_head(conn)
+        finally:
+            conn.close()
+        lineage = Lineage(identity)
+        lineage.note(self.params, self.cfg.server_ids.pick(0), [head.file])
+        lineage.save(path)
+        log.info("source is %s", identity)
+        return lineage
+
+    def note_files(self, files: list[str]) -> None:
+        """Record the creation time of binlog files stored positions now lie in (see `lineage`)."""
+        lineage = self.lineage()
+        if lineage.note(self.params, self.cfg.server_ids.pick(0), files):
+            lineage.save(self.target.source_lineage)
+
     def reader_ids(self) -> list[int]:
         ids = self.cfg.server_ids
         n = self.cfg.parallelism
@@ -134,6 +160,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
     state.ensure(spark, ctx.target.split_state)
     numbers, last = state.planned(spark, ctx.target.split_state)
     group_size = int(cfg.get("snapshot.group-size"))
+    ctx.lineage()  # before any chunk's high watermark is taken
     conn = connect(ctx.params)
     try:
         for name, schema in ctx.schemas().items():
@@ -260,6 +287,7 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
                 else:
                     read = read_group(ctx, schema, todo, ids)
                     progress.update(table, len(read), sum(s.rows or 0 for s in read))
+                ctx.note_files([s.hw.file for s in read if s.hw is not None])
                 landed += read
                 if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
                     apply_to_silver(ctx, schema, landed)
@@ -402,6 +430,13 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             capture_new_tables(ctx, new)
         except SchemaChangedError as changed:
             snapshot_again(ctx, changed, resnapshots)
+        except SourceChangedError as changed:
+            attempt += 1
+            if cfg.get("stream.on-source-change") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
+                raise
+            log.warning("%s; stream.on-source-change is resnapshot: snapshotting %s again",
+                        changed.message.split(";")[0], ", ".join(ctx.schemas()))
+            resnapshot(ctx)
         except PositionGoneError as gone:
             attempt += 1
             if cfg.get("stream.on-purged") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
@@ -409,8 +444,9 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             log.warning("%s; stream.on-purged is resnapshot: snapshotting %s again", gone.message,
                         ", ".join(ctx.schemas()))
             resnapshot(ctx)
-    raise RuntimeFailure("the binlog was purged again during each of 3 fresh snapshots; binlake needs binlogs "
-                         "kept longer than a snapshot takes: raise binlog_expire_logs_seconds on the server")
+    raise RuntimeFailure("the binlog was purged, or the source changed, again during each of 3 fresh snapshots; "
+                         "binlake needs binlogs kept longer than a snapshot takes (binlog_expire_logs_seconds) "
+                         "and one source server while it takes one: check the server")
 
 
 def snapshot_again(ctx: Context, changed: SchemaChangedError, done: dict[str, int]) -> None:
@@ -458,14 +494,23 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
 
 
 def check_position(ctx: Context) -> None:
-    """Fail with PositionGoneError before streaming when the stored position's file is gone."""
+    """Before streaming: PositionGoneError when the stored position's file is gone, SourceChangedError
+    when the server no longer holds the history it belongs to (binlake.source.identity)."""
     from binlake.source.binlog_reader import gone_error
-    from binlake.spark.streaming import resume_position
+    from binlake.spark.streaming import resume_anchor
 
-    position = resume_position(ctx)
-    gone = None if position is None else gone_error(ctx.params, position)
+    lineage = ctx.lineage()
+    anchor = resume_anchor(ctx, lineage)
+    if anchor is None:
+        return
+    gone = gone_error(ctx.params, anchor.position)
     if gone is not None:
         raise gone
+    conn = connect(ctx.params)
+    try:
+        verify(conn, ctx.params, ctx.cfg.server_ids.pick(0), anchor)
+    finally:
+        conn.close()
 
 
 def resnapshot(ctx: Context) -> None:
@@ -488,6 +533,9 @@ def resnapshot(ctx: Context) -> None:
             if DeltaTable.isDeltaTable(spark, location):
                 DeltaTable.forPath(spark, location).delete()
     split_state.retire(spark, ctx.target.split_state, names)
+    # the new snapshot records its server afresh (after a source change, the new one); every position
+    # of the old one is gone by now
+    ctx.target.source_lineage.unlink(missing_ok=True)
     faults.point("mid_resnapshot", ",".join(names))
     plan(ctx.cfg, ctx)
     snapshot(ctx.cfg, None, ctx)

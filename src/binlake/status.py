@@ -1,4 +1,5 @@
-"""`binlake status`: per table, chunks planned/done, rows, phase, binlog position and lag."""
+"""`binlake status`: the server the stored positions belong to, and per table chunks planned/done,
+rows, phase, binlog position and lag."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from typing import Any
 
 from binlake.config import Config
+from binlake.offsets import BinlogPosition
 from binlake.pipeline import Context
 
 
@@ -14,16 +16,19 @@ def status(cfg: Config) -> dict[str, Any]:
     from binlake.source.connection import connect
     from binlake.source.dialect import binlog_head
     from binlake.spark import state
-    from binlake.spark.streaming import committed_offset
+    from binlake.source.identity import identify
+    from binlake.spark.streaming import committed_end
 
     ctx = Context(cfg)
     spark = ctx.session()
     splits = state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
-    position = committed_offset(ctx.target.checkpoint)
+    end = committed_end(ctx.target.checkpoint)
+    position = None if end is None else BinlogPosition.from_dict(end)
     progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
     conn = connect(ctx.params)
     try:
         head = binlog_head(conn)
+        now, _ = identify(conn)
     finally:
         conn.close()
     from delta.tables import DeltaTable
@@ -62,11 +67,36 @@ def status(cfg: Config) -> dict[str, Any]:
             "silver": silver.to_dict(),
             "binlog": {"position": str(position) if position else None, "head": str(head), "lag_seconds": lag},
         })
-    return {"tables": tables}
+    return {"source": _source(ctx, str(now)), "tables": tables}
+
+
+def _source(ctx: Context, now: str) -> dict[str, Any]:
+    """The server the stored positions belong to, the one at source.hostname now, and whether it holds
+    their history (the check a run makes before it streams, binlake.source.identity)."""
+    from binlake.errors import PositionGoneError, SourceChangedError
+    from binlake.pipeline import check_position
+    from binlake.source.identity import Lineage
+
+    lineage = Lineage.load(ctx.target.source_lineage)
+    if lineage is None:
+        return {"now": now, "stored": None, "history": None}
+    try:
+        check_position(ctx)
+        history = "the same"
+    except (SourceChangedError, PositionGoneError) as failed:
+        history = failed.message
+    return {"now": now, "stored": str(lineage.identity), "history": history}
 
 
 def render(report: dict[str, Any]) -> str:
-    lines = []
+    src = report["source"]
+    if src["stored"] is None:
+        lines = [f"source: {src['now']} (no position stored yet)"]
+    elif src["history"] == "the same":
+        lines = [f"source: {src['stored']}, holding the stored positions' history"]
+    else:
+        lines = [f"source: positions stored from {src['stored']}; source.hostname is now {src['now']}: "
+                 f"{src['history']}"]
     for t in report["tables"]:
         b = t["binlog"]
         lag = "-" if b["lag_seconds"] is None else f"{b['lag_seconds']}s"

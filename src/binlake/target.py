@@ -82,6 +82,11 @@ class Target:
         return self.root / "_binlake" / "start.json"
 
     @property
+    def source_lineage(self) -> Path:
+        """The server binlake reads and its binlog files' creation times (binlake.source.identity)."""
+        return self.root / "_binlake" / "source.json"
+
+    @property
     def stream_progress(self) -> Path:
         return self.root / "_binlake" / "stream.json"
 

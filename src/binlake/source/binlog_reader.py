@@ -197,6 +197,7 @@ def read_changes(
     on_position: Callable[[BinlogPosition, int], None] | None = None,
     reconnect_timeout: float = 0,
     ddl: bool = False,
+    on_reopen: Callable[[], None] | None = None,
 ) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
@@ -211,7 +212,8 @@ def read_changes(
     its transaction's table-map events. Events already yielded are skipped on the way back, so no
     row is lost or repeated. Example: rows of the events at 500 and 620 were yielded, the event at
     740 was being read, the transaction began at 420 -> reopen at 420, skip events starting before
-    740.
+    740. Before that reopen, `on_reopen()` may refuse a server that no longer holds the history read so
+    far (binlake.source.identity): one restarted with a new data directory, say.
     """
     backoff = Backoff(params, reconnect_timeout)
     catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
@@ -222,7 +224,17 @@ def read_changes(
     shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]] = {}
     fast = RowDecoder()
     tagged = TaggedGtids(params)
+    lost = False
     while True:
+        if lost and on_reopen is not None:
+            try:
+                on_reopen()
+            except Exception as exc:  # noqa: BLE001 - still away: keep waiting, within the patience
+                if not is_connection_lost(exc):
+                    raise
+                backoff.wait(exc, f"reading the binlog at {done}")
+                continue
+        lost = False
         stream = _open(params, server_id, txn_start)
         try:
             while True:
@@ -236,6 +248,7 @@ def read_changes(
                                 "source.reconnect-timeout to ride out a server restart or a dropped connection"
                             ) from None
                         backoff.wait(exc, f"reading the binlog at {done}")
+                        lost = True
                         break
                     failure = _failure(exc, params, txn_start, server_id)
                     if isinstance(failure, NotServedYet):

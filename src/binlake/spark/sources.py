@@ -163,19 +163,28 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.source.dialect import binlog_head
 
         params = _params(self.options)
+        watch = self._watch(params)
 
-        def head_now() -> BinlogPosition:
+        def head_now() -> dict[str, Any]:
             conn = connect(params)
             try:
-                return binlog_head(conn)
+                head = binlog_head(conn)
+                until = self.job.get("until")
+                if until is not None and head > BinlogPosition.from_dict(until):
+                    head = BinlogPosition.from_dict(until)  # --until-caught-up: nothing past the head at the start
+                return watch.offset(conn, head)
             finally:
                 conn.close()
 
-        head = retrying(params, float(self.job.get("reconnect_timeout", 0)), "asking for the binlog head", head_now)
-        until = self.job.get("until")
-        if until is not None and head > BinlogPosition.from_dict(until):
-            return dict(until)  # --until-caught-up: nothing past the head as it was at the start
-        return head.to_dict()
+        return retrying(params, float(self.job.get("reconnect_timeout", 0)), "asking for the binlog head", head_now)
+
+    def _watch(self, params: dict[str, Any]) -> Any:
+        from binlake.source.identity import Lineage, Watch
+
+        if getattr(self, "watch", None) is None:
+            self.watch = Watch(params, int(self.job["server_id"]), Lineage.from_dict(self.job["lineage"]),
+                               BinlogPosition.from_dict(self.job["start"]))
+        return self.watch
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogRange]:
         if BinlogPosition.from_dict(end) <= BinlogPosition.from_dict(start):
@@ -211,7 +220,7 @@ class BinlogReader(DataSourceStreamReader):
             changes = read_changes(
                 params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
-                reconnect_timeout=patience, ddl=True,
+                reconnect_timeout=patience, ddl=True, on_reopen=lambda: self._same_history(params, partition.start),
             )
             rows: list[tuple[Any, ...]] = []
             size = 0
@@ -259,8 +268,21 @@ class BinlogReader(DataSourceStreamReader):
         finally:
             conn.close()
 
+    def _same_history(self, params: dict[str, Any], start: dict[str, Any]) -> None:
+        """Before a lost connection is reopened: the server still holds the history up to the batch's
+        start (binlake.source.identity), or SourceChangedError."""
+        from binlake.source.connection import connect
+        from binlake.source.identity import Lineage, verify
+
+        anchor = Lineage.from_dict(self.job["lineage"]).anchor(BinlogPosition.from_dict(start), start.get("created"))
+        conn = connect(params)
+        try:
+            verify(conn, params, int(self.job["server_id"]), anchor)
+        finally:
+            conn.close()
+
     def commit(self, end: dict[str, Any]) -> None:
-        pass
+        self._watch(_params(self.options)).commit(end)
 
 
 def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,

@@ -23,6 +23,7 @@ from binlake import bronze, faults, silver
 from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
 from binlake.evolution import Version
 from binlake.offsets import BinlogPosition
+from binlake.source.identity import Anchor, Lineage
 from binlake.startup import SNAPSHOT_MODES, Start
 
 if TYPE_CHECKING:
@@ -45,8 +46,9 @@ def stream_id(checkpoint: str) -> str:
     return f.read_text().strip()
 
 
-def committed_offset(checkpoint: str) -> BinlogPosition | None:
-    """The end offset of the last committed micro-batch in the checkpoint, if any."""
+def committed_end(checkpoint: str) -> dict[str, Any] | None:
+    """The end offset of the last committed micro-batch in the checkpoint, as stored: the position
+    and its file's creation time (see binlake.source.identity)."""
     commits = Path(checkpoint) / "commits"
     offsets = Path(checkpoint) / "offsets"
     if not commits.is_dir():
@@ -55,9 +57,14 @@ def committed_offset(checkpoint: str) -> BinlogPosition | None:
     for n in done:
         f = offsets / str(n)
         if f.exists():
-            last = f.read_text().strip().splitlines()[-1]
-            return BinlogPosition.from_dict(json.loads(last))
+            return dict(json.loads(f.read_text().strip().splitlines()[-1]))
     return None
+
+
+def committed_offset(checkpoint: str) -> BinlogPosition | None:
+    """The end position of the last committed micro-batch in the checkpoint, if any."""
+    end = committed_end(checkpoint)
+    return None if end is None else BinlogPosition.from_dict(end)
 
 
 def resume_position(ctx: Context) -> BinlogPosition | None:
@@ -74,6 +81,15 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
     splits = state.load(ctx.session(), ctx.target.split_state, ctx.cfg.get("snapshot.group-size"),
                         list(ctx.schemas()))
     return min((s.hw for ss in splits.values() for s in ss if s.hw is not None), default=None)
+
+
+def resume_anchor(ctx: Context, lineage: Lineage) -> Anchor | None:
+    """`resume_position` with what identifies its history."""
+    end = committed_end(ctx.target.checkpoint)
+    if end is not None:
+        return lineage.anchor(BinlogPosition.from_dict(end), end.get("created"))
+    position = resume_position(ctx)
+    return None if position is None else lineage.anchor(position)
 
 
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
@@ -98,6 +114,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "applied": applied,
         "patterns": patterns,
         "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
+        "lineage": ctx.lineage().to_dict(),
     }
 
 

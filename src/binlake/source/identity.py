@@ -1,0 +1,226 @@
+"""Which server binlake reads, and whether it still holds the history a stored position belongs to.
+
+A binlog position (`file:pos`) names a place in one server's binlog. The same name on another server
+-- after a restore from a backup, a blue/green switch, a new data directory, a DNS name moved to
+another instance -- is a place in another history, and reading on from it would pass changes over
+without a word. So binlake keeps, beside the positions it stores, what identifies their history:
+
+- the server: MySQL's `@@server_uuid` (made once per data directory), MariaDB's `@@server_id`
+  (MariaDB has no UUID), and which of the two it is;
+- each binlog file's creation time: the timestamp of its first event (Format_description). A new
+  data directory makes its files anew, and so does a server restored from a backup: it opens a fresh
+  file when it starts, under the next name after the backup's newest.
+
+Before it reads on from a stored position -- when a run starts, before each micro-batch once the
+server has restarted, and when a lost connection is reopened -- binlake checks that:
+
+1. the server is the same one (the same kind, UUID and server id);
+2. the position's file is there, created at the recorded time, and at least `pos` bytes long.
+
+A file past the server's newest (a restore from an older backup), one created again (a replaced data
+directory) or one too short fails the check: `SourceChangedError`, or a new snapshot under
+`stream.on-source-change: resnapshot`. A file older than the server's oldest was purged
+(`stream.on-purged`).
+
+The record (`_binlake/source.json`) holds the server's identity and the creation time of each file a
+stored position lies in: the one at the head when planning began, each snapshot chunk's high
+watermark's, noted as the chunks are read. The stream's own positions carry their file's creation
+time in the offset Spark stores with each micro-batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from binlake.errors import SourceChangedError
+from binlake.offsets import BinlogPosition, file_index
+from binlake.source.dialect import Dialect
+
+# a server restarted when its start time (now - Uptime) moved by more than this
+RESTART_SLACK = 3.0
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    server: str  # "mysql" or "mariadb"
+    server_id: int
+    uuid: str | None = None  # MySQL's @@server_uuid
+    version: str = ""
+
+    def same(self, other: ServerIdentity) -> bool:
+        return (self.server, self.server_id, self.uuid) == (other.server, other.server_id, other.uuid)
+
+    def __str__(self) -> str:
+        name = "MariaDB" if self.server == "mariadb" else "MySQL"
+        uuid = f" server_uuid {self.uuid}," if self.uuid else ""
+        return f"{name} {self.version}{uuid} server_id {self.server_id}".replace("  ", " ")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"server": self.server, "server_id": self.server_id, "uuid": self.uuid, "version": self.version}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ServerIdentity:
+        return cls(str(d["server"]), int(d["server_id"]), d.get("uuid"), str(d.get("version", "")))
+
+
+def identify(conn: Any) -> tuple[ServerIdentity, float]:
+    """The server behind `conn`, and when it started (Unix seconds, to about a second)."""
+    dialect = Dialect.of(conn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@server_id" if dialect.is_mariadb else "SELECT @@server_id, @@server_uuid")
+        row = cur.fetchone()
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Uptime'")
+        uptime = float((cur.fetchone() or (None, 0))[1])
+    version = ".".join(map(str, dialect.version))
+    identity = ServerIdentity(dialect.server, int(row[0]), None if dialect.is_mariadb else str(row[1]), version)
+    return identity, time.time() - uptime
+
+
+def file_created(params: dict[str, Any], server_id: int, file: str) -> int | None:
+    """When binlog `file` was created: the timestamp of its Format_description event; None when the
+    server does not have the file. Read over a replication connection (the statement form, SHOW BINLOG
+    EVENTS, leaves the timestamp out)."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import FormatDescriptionEvent
+
+    from binlake.source.connection import settings
+
+    stream = BinLogStreamReader(
+        connection_settings=settings(params), server_id=server_id, log_file=file, log_pos=4, resume_stream=True,
+        blocking=False, only_events=[FormatDescriptionEvent], is_mariadb=False, enable_logging=False,
+    )
+    try:
+        event = stream.fetchone()
+        return int(event.timestamp) if event is not None else None
+    except Exception as exc:  # noqa: BLE001 - error 1236: the file is not there (any other error is raised)
+        if "1236" in str(exc) or (getattr(exc, "args", None) and exc.args[0] == 1236):
+            return None
+        raise
+    finally:
+        stream.close()
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A stored position and what identifies its history."""
+
+    position: BinlogPosition
+    identity: ServerIdentity
+    created: int | None  # when position.file was created, if recorded
+
+
+def _when(ts: int | None) -> str:
+    return "unknown" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+def changed_message(anchor: Anchor, what: str) -> str:
+    return (
+        f"the source at source.hostname no longer holds the binlog history binlake's stored position "
+        f"belongs to: stored {anchor.position} on {anchor.identity} (file created {_when(anchor.created)}), "
+        f"but {what}; binlake never reads on from a position in another history: point source.hostname back "
+        "at that server, or set stream.on-source-change: resnapshot to snapshot the tables again, or delete "
+        "the target and run again"
+    )
+
+
+def verify(conn: Any, params: dict[str, Any], server_id: int, anchor: Anchor) -> None:
+    """Raise SourceChangedError unless the server behind `conn` holds the history up to `anchor`. A
+    file older than the server's oldest passes: that is a purge, which the caller reports as such."""
+    now, _ = identify(conn)
+    if not anchor.identity.same(now):
+        raise SourceChangedError(changed_message(anchor, f"the server is now {now}"))
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    file, pos = anchor.position.file, anchor.position.pos
+    if file not in sizes:
+        newest = max(sizes, key=file_index, default=None)
+        if newest is not None and file_index(file) > file_index(newest):
+            raise SourceChangedError(changed_message(
+                anchor, f"its binlog ends at {newest}, before {file} (restored from an older backup?)"))
+        return
+    if sizes[file] < pos:
+        raise SourceChangedError(changed_message(
+            anchor, f"its {file} is {sizes[file]} bytes, shorter than the position (restored from an older backup?)"))
+    if anchor.created is not None:
+        created = file_created(params, server_id, file)
+        if created is not None and created != anchor.created:
+            raise SourceChangedError(changed_message(
+                anchor, f"its {file} was created {_when(created)}: a new binlog under the same name"))
+
+
+@dataclass
+class Lineage:
+    """The record in `_binlake/source.json`: the server binlake reads, and the creation time of each
+    binlog file a stored position lies in."""
+
+    identity: ServerIdentity
+    files: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Lineage | None:
+        if not path.exists():
+            return None
+        d = json.loads(path.read_text())
+        return cls(ServerIdentity.from_dict(d["identity"]), {str(k): int(v) for k, v in d.get("files", {}).items()})
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"identity": self.identity.to_dict(), "files": self.files}, indent=1))
+        tmp.replace(path)
+
+    def anchor(self, position: BinlogPosition, created: int | None = None) -> Anchor:
+        return Anchor(position, self.identity, created if created is not None else self.files.get(position.file))
+
+    def note(self, params: dict[str, Any], server_id: int, files: list[str]) -> bool:
+        """Record the creation time of `files` not recorded yet; whether any was."""
+        added = False
+        for file in sorted(set(files) - set(self.files), key=file_index):
+            created = file_created(params, server_id, file)
+            if created is not None:
+                self.files[file] = created
+                added = True
+        return added
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"identity": self.identity.to_dict(), "files": dict(self.files)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Lineage:
+        return cls(ServerIdentity.from_dict(d["identity"]), {str(k): int(v) for k, v in d.get("files", {}).items()})
+
+
+class Watch:
+    """The stream's look at the server before each micro-batch (`offset`): its identity and start time.
+    At the first look, on a new identity and after a restart, the whole history up to the last
+    committed position (`verify`); each position handed out carries its file's creation time."""
+
+    def __init__(self, params: dict[str, Any], server_id: int, lineage: Lineage, start: BinlogPosition) -> None:
+        self.params, self.server_id, self.lineage = params, server_id, lineage
+        self.committed = lineage.anchor(start)
+        self.started: float | None = None
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self.committed = self.lineage.anchor(BinlogPosition.from_dict(end), end.get("created"))
+
+    def offset(self, conn: Any, head: BinlogPosition) -> dict[str, Any]:
+        now, started = identify(conn)
+        restarted = self.started is not None and abs(started - self.started) > RESTART_SLACK
+        if self.started is None or restarted or not self.lineage.identity.same(now):
+            verify(conn, self.params, self.server_id, self.committed)
+            # the history up to the committed position is the same; files after it may be new (a crash
+            # can lose a tail that was written but never synced, and so never served)
+            upto = file_index(self.committed.position.file)
+            self.lineage.files = {f: c for f, c in self.lineage.files.items() if file_index(f) <= upto}
+        self.started = started
+        created = self.lineage.files.get(head.file)
+        if created is None:
+            created = file_created(self.params, self.server_id, head.file)
+            if created is not None:
+                self.lineage.files[head.file] = created
+        return {**head.to_dict(), "created": created}
