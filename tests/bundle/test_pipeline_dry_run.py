@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from binlake.source.identity import Lineage
 from binlake import config as config_mod
 from binlake import pipeline
 from binlake.config import Config
@@ -142,7 +143,9 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     assert set(job.schemas) == set(shop.tables)
     body = job.job
     assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "until", "since",
-                         "reconnect_timeout", "applied", "patterns", "schema_changes", "versions"}
+                         "reconnect_timeout", "applied", "patterns", "schema_changes", "versions", "lineage"}
+    # the server the snapshot was read from: the pipeline's stream checks it before it reads on
+    assert body["lineage"]["identity"]["server_id"] == Lineage.load(ctx.target.source_lineage).identity.server_id
     assert body["applied"] is None  # only a GTID startup position skips transactions
     # AUTO CDC's target keeps its columns: the pipeline stops at a schema change (stream.schema-changes: fail)
     assert body["schema_changes"] == "fail" and body["versions"] == {}
