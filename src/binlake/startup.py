@@ -149,22 +149,9 @@ def _file_at(cfg: Config, conn: Any, since: int) -> str:
 
 
 def _created(cfg: Config, file: str) -> int:
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.event import FormatDescriptionEvent
+    from binlake.source.identity import file_created
 
-    from binlake.source.connection import settings
-
-    params = cfg.connection()
-    stream = BinLogStreamReader(
-        connection_settings=settings(params),
-        server_id=cfg.server_ids.pick(0), log_file=file, log_pos=4, resume_stream=True, blocking=False,
-        only_events=[FormatDescriptionEvent], is_mariadb=False, enable_logging=False,
-    )
-    try:
-        event = stream.fetchone()
-        return int(event.timestamp) if event is not None else 0
-    finally:
-        stream.close()
+    return file_created(cfg.connection(), cfg.server_ids.pick(0), file) or 0
 
 
 def _gtid_list(conn: Any, file: str) -> dict[str, int]:

@@ -165,13 +165,12 @@ class Lineage:
     def load(cls, path: Path) -> Lineage | None:
         if not path.exists():
             return None
-        d = json.loads(path.read_text())
-        return cls(ServerIdentity.from_dict(d["identity"]), {str(k): int(v) for k, v in d.get("files", {}).items()})
+        return cls.from_dict(json.loads(path.read_text()))
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"identity": self.identity.to_dict(), "files": self.files}, indent=1))
+        tmp.write_text(json.dumps(self.to_dict(), indent=1))
         tmp.replace(path)
 
     def anchor(self, position: BinlogPosition, created: int | None = None) -> Anchor:

@@ -153,6 +153,7 @@ class BinlogReader(DataSourceStreamReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.job = json.loads(options["job"])
+        self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
 
     def initialOffset(self) -> dict[str, Any]:
         return dict(self.job["start"])
@@ -181,7 +182,7 @@ class BinlogReader(DataSourceStreamReader):
     def _watch(self, params: dict[str, Any]) -> Any:
         from binlake.source.identity import Lineage, Watch
 
-        if getattr(self, "watch", None) is None:
+        if self.watch is None:
             self.watch = Watch(params, int(self.job["server_id"]), Lineage.from_dict(self.job["lineage"]),
                                BinlogPosition.from_dict(self.job["start"]))
         return self.watch
