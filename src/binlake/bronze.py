@@ -19,6 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake import valuetypes
+from binlake.offsets import EPOCH_FACTOR
 from binlake.schema import Column, TableSchema
 from binlake.target import CHECKPOINT_INTERVAL
 
@@ -138,12 +139,14 @@ def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[
     from pyspark.sql import Observation
 
     marks = Observation()
-    watermarks = F.collect_list(F.when(F.col("_op") == "w", F.struct("_chunk", "_file", "_pos", "_lw"))).alias("w")
+    watermarks = F.collect_list(F.when(F.col("_op") == "w", F.struct("_chunk", "_file", "_pos", "_lw", "_seq"))).alias("w")
     rows = [F.count_if((F.col("_chunk") == int(c)) & (F.col("_op") == "r")).alias(f"rows_{int(c)}") for c in chunks]
     df.observe(marks, watermarks, *rows).write.format("delta").mode("append").option("mergeSchema", "true").save(location)
     seen = marks.get
     found = {w["_chunk"]: (w["_file"], w["_pos"], w["_lw"]) for w in seen["w"]}
-    return [_mark(int(c), *found.get(int(c), (None, None, None)), seen[f"rows_{int(c)}"]) for c in chunks]
+    seqs = {w["_chunk"]: w["_seq"] for w in seen["w"]}
+    return [_mark(int(c), *found.get(int(c), (None, None, None)), seen[f"rows_{int(c)}"], seqs.get(int(c)))
+            for c in chunks]
 
 
 def append_batch(df: DataFrame, location: str, app_id: str | None = None, version: int | None = None) -> None:
@@ -168,13 +171,18 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
         .groupBy("_chunk").agg(F.max(F.when(watermark, F.col("_file"))).alias("hw_file"),
                                F.max(F.when(watermark, F.col("_pos"))).alias("hw_pos"),
                                F.max(F.when(watermark, lw)).alias("lw"),
-                               F.count_if(F.col("_op") == "r").alias("rows")).collect())}
-    return [found.get(int(c), _mark(int(c), None, None, None, 0)) for c in chunks]
+                               F.count_if(F.col("_op") == "r").alias("rows"),
+                               F.max(F.when(watermark, F.col("_seq"))).alias("seq")).collect())}
+    return [_mark(int(c), r["hw_file"], r["hw_pos"], r["lw"], r["rows"], r["seq"]) if (r := found.get(int(c)))
+            else _mark(int(c), None, None, None, 0) for c in chunks]
 
 
-def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, lw: str | None, rows: int) -> dict[str, Any]:
-    """One chunk's marks: its watermark row's positions (`hw_file` None: none) and its snapshot rows."""
-    return {"_chunk": chunk, "hw_file": hw_file, "hw_pos": hw_pos, "lw": lw, "rows": rows}
+def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, lw: str | None, rows: int,
+          seq: Any = None) -> dict[str, Any]:
+    """One chunk's marks: its watermark row's positions (`hw_file` None: none; the epoch from its `_seq`)
+    and its snapshot rows."""
+    epoch = int(seq) // EPOCH_FACTOR if seq is not None else 0
+    return {"_chunk": chunk, "hw_file": hw_file, "hw_pos": hw_pos, "epoch": epoch, "lw": lw, "rows": rows}
 
 
 def newest_change(spark: SparkSession, location: str) -> Any:

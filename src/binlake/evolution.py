@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from binlake.errors import SchemaChangedError
-from binlake.offsets import BinlogPosition, event_seq
+from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
 from binlake.schema_changes import COMMENT, SchemaChange, ShapeColumn, TableShape, column_difference, structure
 
@@ -56,7 +56,7 @@ class Version:
     def seq(self) -> int:
         """Sorts before every row of the version's first transaction, after every row before it."""
         assert self.at is not None
-        return event_seq(self.at.file, self.at.pos, 0)
+        return self.at.seq(0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"table": self.table, "at": None if self.at is None else self.at.to_dict(),

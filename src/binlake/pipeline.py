@@ -26,7 +26,7 @@ from binlake.schema import TableSchema
 from binlake.source.catalog import captured_tables, load_schema
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
-from binlake.source.identity import Lineage, identify, verify
+from binlake.source.identity import Anchor, Lineage, ServerIdentity, changed_message, identify, verify
 from binlake.splits import Split
 from binlake.target import Target
 from binlake.validation import check_server_ids
@@ -49,6 +49,7 @@ class Context:
     _schemas: dict[str, TableSchema] | None = field(init=False, default=None)
     dialect: Dialect = field(init=False, default=Dialect("mariadb", (0, 0, 0)))
     new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
+    _lineage: Lineage | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -64,7 +65,8 @@ class Context:
 
     @property
     def params(self) -> dict[str, Any]:
-        return self.cfg.connection()
+        """The connection parameters, with the epoch of the server's positions (binlake.offsets)."""
+        return {**self.cfg.connection(), "epoch": self.lineage().epoch}
 
     def public_params(self) -> dict[str, Any]:
         return {k: v for k, v in self.params.items() if k != "password"}
@@ -113,26 +115,32 @@ class Context:
     def lineage(self) -> Lineage:
         """The server binlake reads (`_binlake/source.json`), recorded at the first connection: its
         identity and the creation time of its binlog's head file."""
+        if self._lineage is not None:
+            return self._lineage
         path = self.target.source_lineage
         found = Lineage.load(path)
-        if found is not None:
-            return found
-        conn = connect(self.params)
-        try:
-            identity, _ = identify(conn)
-            head = binlog_head(conn)
-        finally:
-            conn.close()
-        lineage = Lineage(identity)
-        lineage.note(self.params, self.cfg.server_ids.pick(0), [head.file])
-        lineage.save(path)
-        log.info("source is %s", identity)
-        return lineage
+        if found is None:
+            params = self.cfg.connection()
+            conn = connect(params)
+            try:
+                identity, _ = identify(conn)
+                head = binlog_head(conn)
+            finally:
+                conn.close()
+            found = Lineage(identity)
+            found.note(params, self.cfg.server_ids.pick(0), [head.file])
+            found.save(path)
+            log.info("source is %s", identity)
+        self._lineage = found
+        return found
+
+    def forget_lineage(self) -> None:
+        self._lineage = None
 
     def note_files(self, files: list[str]) -> None:
         """Record the creation time of binlog files stored positions now lie in (see `lineage`)."""
         lineage = self.lineage()
-        if lineage.note(self.params, self.cfg.server_ids.pick(0), files):
+        if lineage.note(self.cfg.connection(), self.cfg.server_ids.pick(0), files):
             lineage.save(self.target.source_lineage)
 
     def reader_ids(self) -> list[int]:
@@ -369,7 +377,8 @@ def landed_in_bronze(ctx: Context, schema: TableSchema, splits: list[Split]) -> 
 def record_landed(ctx: Context, splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
     """Record as landed the splits whose watermark row is in bronze (`marks`, see bronze.chunk_marks)."""
     found = {m["_chunk"]: m for m in marks if m["hw_file"]}
-    landed = [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"])),
+    landed = [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"]),
+                                         int(found[s.index].get("epoch") or 0)),
                           int(found[s.index]["rows"]),
                           BinlogPosition.parse(found[s.index]["lw"]) if found[s.index]["lw"] else None)
               for s in splits if s.index in found]
@@ -422,8 +431,10 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
     attempt = 0
     resnapshots: dict[str, int] = {}
     while attempt < 3:
+        checked = False
         try:
             check_position(ctx)
+            checked = True
             run_stream(ctx, until_caught_up)
             return
         except NewTableError as new:
@@ -432,6 +443,9 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
             snapshot_again(ctx, changed, resnapshots)
         except SourceChangedError as changed:
             attempt += 1
+            if checked:  # met while streaming: the check before the next start fails over, or refuses
+                ctx.forget_lineage()
+                continue
             if cfg.get("stream.on-source-change") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
                 raise
             log.warning("%s; stream.on-source-change is resnapshot: snapshotting %s again",
@@ -495,7 +509,8 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
 
 def check_position(ctx: Context) -> None:
     """Before streaming: PositionGoneError when the stored position's file is gone, SourceChangedError
-    when the server no longer holds the history it belongs to (binlake.source.identity)."""
+    when the server no longer holds the history it belongs to (binlake.source.identity) -- unless it is
+    another server of the same replication topology, which the stream fails over to (binlake.failover)."""
     from binlake.source.binlog_reader import gone_error
     from binlake.spark.streaming import resume_anchor
 
@@ -503,14 +518,39 @@ def check_position(ctx: Context) -> None:
     anchor = resume_anchor(ctx, lineage)
     if anchor is None:
         return
-    gone = gone_error(ctx.params, anchor.position)
-    if gone is not None:
-        raise gone
     conn = connect(ctx.params)
     try:
+        now, _ = identify(conn)
+        if not lineage.identity.same(now):
+            fail_over(ctx, conn, lineage, anchor, now)
+            return
+        gone = gone_error(ctx.params, anchor.position)
+        if gone is not None:
+            raise gone
         verify(conn, ctx.params, ctx.cfg.server_ids.pick(0), anchor)
     finally:
         conn.close()
+
+
+def fail_over(ctx: Context, conn: Any, lineage: Lineage, anchor: Anchor, now: ServerIdentity) -> None:
+    """Follow the stream to `now`, another server, by the GTID state at the stored position; or
+    SourceChangedError when it is not one of the same replication topology (binlake.failover)."""
+    from binlake import failover
+    from binlake.spark.streaming import resume_position
+
+    position = resume_position(ctx)
+    record = failover.GtidRecord(ctx.target.gtid_record).newest(position) if position is not None else None
+    if now.server != lineage.identity.server or record is None or not record["complete"]:
+        why = ("binlake keeps no GTID state at the stored position to fail over with" if record is None
+               else "transactions without a GTID came before the stored position (gtid_mode OFF)")
+        raise SourceChangedError(changed_message(anchor, f"the server is now {now}, and {why}"))
+    start = failover.start_on(conn, Dialect.of(conn), anchor, record["gtids"],
+                              float(ctx.cfg.get("source.reconnect-timeout")))
+    moved = lineage.failed_over(now, start, record["gtids"], BinlogPosition.from_dict(record["end"]))
+    moved.save(ctx.target.source_lineage)
+    ctx.forget_lineage()
+    log.warning("source.hostname now leads to %s, which holds every transaction binlake read from %s: failing "
+                "over, reading on from %s (after GTIDs %s)", now, lineage.identity, start, record["gtids"])
 
 
 def resnapshot(ctx: Context) -> None:
@@ -536,6 +576,8 @@ def resnapshot(ctx: Context) -> None:
     # the new snapshot records its server afresh (after a source change, the new one); every position
     # of the old one is gone by now
     ctx.target.source_lineage.unlink(missing_ok=True)
+    ctx.target.gtid_record.unlink(missing_ok=True)
+    ctx.forget_lineage()
     faults.point("mid_resnapshot", ",".join(names))
     plan(ctx.cfg, ctx)
     snapshot(ctx.cfg, None, ctx)
@@ -572,8 +614,8 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
         stream(cfg, until_caught_up, ctx)
 
 
-def current_position(cfg: Config) -> BinlogPosition:
-    conn = connect(cfg.connection())
+def current_position(ctx: Context) -> BinlogPosition:
+    conn = connect(ctx.params)
     try:
         return binlog_head(conn)
     finally:

@@ -43,7 +43,7 @@ class SchemaChange:
 
     @property
     def position(self) -> BinlogPosition:
-        return BinlogPosition(self.file, self.pos)
+        return BinlogPosition(self.file, self.pos, self.txn.epoch if self.txn else 0)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class TableShape:
 
     @property
     def position(self) -> BinlogPosition:
-        return BinlogPosition(self.file, self.pos)
+        return BinlogPosition(self.file, self.pos, self.txn.epoch if self.txn else 0)
 
 
 # --- DDL statements ------------------------------------------------------------------------------

@@ -78,12 +78,14 @@ class Split:
             "rows": self.rows,
             "lw_file": self.lw.file if self.lw else None,
             "lw_pos": self.lw.pos if self.lw else None,
+            "epoch": self.hw.epoch if self.hw else None,  # the low watermark's too: one read, one server
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], group_size: int = 8) -> Split:
-        hw = BinlogPosition(d["hw_file"], int(d["hw_pos"])) if d.get("hw_file") else None
-        lw = BinlogPosition(d["lw_file"], int(d["lw_pos"])) if d.get("lw_file") else None
+        epoch = int(d.get("epoch") or 0)
+        hw = BinlogPosition(d["hw_file"], int(d["hw_pos"]), epoch) if d.get("hw_file") else None
+        lw = BinlogPosition(d["lw_file"], int(d["lw_pos"]), epoch) if d.get("lw_file") else None
         return cls(
             table=d["table"],
             table_no=int(d["table_no"]),

@@ -34,7 +34,7 @@ from binlake.config import Config
 from binlake.source.dialect import Dialect
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogPosition
-from binlake.source.gtids import contains, covers, is_mysql_state, parse_mariadb, parse_mysql
+from binlake.source.gtids import contains, covers, is_mysql_state, parse_mariadb, parse_mysql, previous_gtids
 
 __all__ = ["contains", "parse_position", "resolve", "validate"]
 
@@ -200,17 +200,6 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
     return binlog_head(conn)
 
 
-def _previous_gtids(conn: Any, file: str) -> dict[str, list[list[int]]]:
-    """The GTID set written before `file` (its Previous_gtids event)."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
-        rows = cur.fetchall()
-    for row in rows:
-        if row[2] == "Previous_gtids":
-            return parse_mysql(str(row[5])) or {}
-    return {}
-
-
 def mysql_gtid_start(conn: Any, applied: dict[str, list[list[int]]], text: str) -> BinlogPosition:
     """The start of the newest binlog file whose earlier transactions are all in the GTID set
     `applied`: every transaction the set lacks is at or after it."""
@@ -218,10 +207,10 @@ def mysql_gtid_start(conn: Any, applied: dict[str, list[list[int]]], text: str) 
 
     files = binlog_files(conn)
     for file in reversed(files):
-        if covers(applied, _previous_gtids(conn, file)):
+        if covers(applied, previous_gtids(conn, file)):
             return BinlogPosition(file, 4)
     raise ConfigError(
         f"stream.startup-position {text} lacks transactions of the oldest binlog file on the server ({files[0]} "
-        f"comes after {_previous_gtids(conn, files[0])}): they are purged; binlake cannot start there without "
+        f"comes after {previous_gtids(conn, files[0])}): they are purged; binlake cannot start there without "
         "losing changes: use startup-mode initial (a snapshot), or a later GTID set"
     )

@@ -67,19 +67,24 @@ def status(cfg: Config) -> dict[str, Any]:
             "silver": silver.to_dict(),
             "binlog": {"position": str(position) if position else None, "head": str(head), "lag_seconds": lag},
         })
-    return {"source": _source(ctx, str(now)), "tables": tables}
+    return {"source": _source(ctx, now), "tables": tables}
 
 
-def _source(ctx: Context, now: str) -> dict[str, Any]:
+def _source(ctx: Context, identity: Any) -> dict[str, Any]:
     """The server the stored positions belong to, the one at source.hostname now, and whether it holds
     their history (the check a run makes before it streams, binlake.source.identity)."""
     from binlake.errors import PositionGoneError, SourceChangedError
     from binlake.pipeline import check_position
     from binlake.source.identity import Lineage
 
+    now = str(identity)
     lineage = Lineage.load(ctx.target.source_lineage)
     if lineage is None:
         return {"now": now, "stored": None, "history": None}
+    if not lineage.identity.same(identity):
+        return {"now": now, "stored": str(lineage.identity),
+                "history": "another server: the next run fails over to it if it holds every transaction binlake "
+                           "has read (by GTID), and refuses it otherwise"}
     try:
         check_position(ctx)
         history = "the same"

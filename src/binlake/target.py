@@ -87,6 +87,11 @@ class Target:
         return self.root / "_binlake" / "source.json"
 
     @property
+    def gtid_record(self) -> Path:
+        """The GTID state at the stream's last positions, for a failover (binlake.failover)."""
+        return self.root / "_binlake" / "gtids.json"
+
+    @property
     def stream_progress(self) -> Path:
         return self.root / "_binlake" / "stream.json"
 

@@ -41,3 +41,39 @@ def test_position_round_trip_and_validation() -> None:
         BinlogPosition("nosuffix", 4)
     with pytest.raises(ValueError):
         row_slot(10**9)
+
+
+def test_a_later_epoch_ranks_after_every_position_of_the_server_before() -> None:
+    """After a failover the new server's files may be numbered lower: its positions still rank after."""
+    old = BinlogPosition("mysql-bin.2147483647", 1_073_741_824)  # the highest file MySQL numbers
+    new = BinlogPosition("binlog.000001", 4, epoch=1)
+    assert old < new and old.seq(9_999) < new.seq(0)
+    assert event_seq(old.file, old.pos, row_slot(10**6)) < event_seq(new.file, new.pos, row_slot(0), new.epoch)
+    assert new.seq(0) < 10**38  # DECIMAL(38,0)
+    assert BinlogPosition.from_dict(new.to_dict()) == new and BinlogPosition.parse(str(new)) == new
+    assert old.to_dict() == {"file": old.file, "pos": old.pos}  # epoch 0: the form stored before epochs
+    assert str(new) == "binlog.000001:4@1"
+
+
+def test_gtid_state_follows_the_transactions_read() -> None:
+    from binlake.source.gtids import Seen, advance, lacking
+
+    uuid = "3e11fa47-71ca-11e1-9e33-c80aa9429562"
+    seen = Seen()
+    for n in (5, 6, 8):
+        seen.add(f"{uuid}:{n}")
+    seen.add(f"{uuid}:tg:2")
+    state = advance(f"{uuid}:1-4", seen.text())
+    assert state == f"{uuid}:1-6:8,{uuid}:tg:2" and seen.complete
+    assert lacking(state, f"{uuid}:1-9,{uuid}:tg:1-5") == ("", True)
+    assert lacking(state, f"{uuid}:1-6,{uuid}:tg:1-2") == (f"{uuid}:8", True)  # a replica behind
+    assert lacking(state, "2174b383-5441-11e8-b90a-c80aa9429562:1-100")[1] is False  # another topology
+    mariadb = Seen()
+    for gtid in ("0-1-5", "1-2-3", "0-1-6"):
+        mariadb.add(gtid)
+    assert advance("0-1-2,2-3-4", mariadb.text()) == "0-1-6,1-2-3,2-3-4"
+    assert lacking("0-1-6,1-2-3", "0-2-4,1-2-9") == ("0-1-6", True)
+    assert lacking("0-1-6", "1-2-9") == ("0-1-6", False)
+    anonymous = Seen()
+    anonymous.add(None)
+    assert not anonymous.complete

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import pymysql
@@ -32,6 +32,7 @@ from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_ta
 from binlake.source import binlog_types
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
 from binlake.source.dialect import purged
+from binlake.source.gtids import Seen
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,15 @@ class RowChange:
     ts: int  # commit time, Unix seconds
     gtid: str | None = None
     second_half: bool = False  # the insert half of a key-changing update
+    epoch: int = 0  # the server's, see binlake.offsets
 
     @property
     def position(self) -> BinlogPosition:
-        return BinlogPosition(self.file, self.pos)
+        return BinlogPosition(self.file, self.pos, self.epoch)
 
     @property
     def seq(self) -> int:
-        return event_seq(self.file, self.pos, row_slot(self.row, self.second_half))
+        return event_seq(self.file, self.pos, row_slot(self.row, self.second_half), self.epoch)
 
     @property
     def image(self) -> dict[str, Any]:
@@ -76,11 +78,7 @@ def split_key_change(change: RowChange, key: tuple[str, ...], same: Callable[[An
         return [change]
     if all(same(change.before[k], change.after[k]) for k in key):
         return [change]
-    return [
-        RowChange(change.table, "d", change.before, None, change.file, change.pos, change.row, change.ts, change.gtid),
-        RowChange(change.table, "c", None, change.after, change.file, change.pos, change.row, change.ts, change.gtid,
-                  second_half=True),
-    ]
+    return [replace(change, op="d", after=None), replace(change, op="c", before=None, second_half=True)]
 
 
 def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinLogStreamReader:
@@ -198,6 +196,7 @@ def read_changes(
     reconnect_timeout: float = 0,
     ddl: bool = False,
     on_reopen: Callable[[], None] | None = None,
+    seen: Seen | None = None,
 ) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
@@ -213,10 +212,12 @@ def read_changes(
     row is lost or repeated. Example: rows of the events at 500 and 620 were yielded, the event at
     740 was being read, the transaction began at 420 -> reopen at 420, skip events starting before
     740. Before that reopen, `on_reopen()` may refuse a server that no longer holds the history read so
-    far (binlake.source.identity): one restarted with a new data directory, say.
+    far (binlake.source.identity): one restarted with a new data directory, say. `seen` collects the
+    GTID of every transaction that starts before `stop`, wanted or not.
     """
     backoff = Backoff(params, reconnect_timeout)
     catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
+    epoch = start.epoch
     txn_start = start  # where the transaction being read began: a safe place to reopen
     done = start  # events starting before this were handled completely
     in_txn = False
@@ -258,7 +259,8 @@ def read_changes(
                         raise
                     raise failure from None
                 if event is None:
-                    reached = BinlogPosition(stream.log_file, int(stream.log_pos or 0)) if stream.log_file else None
+                    reached = (BinlogPosition(stream.log_file, int(stream.log_pos or 0), epoch) if stream.log_file
+                               else None)
                     if stop is None or (reached is not None and reached >= stop):
                         return
                     # the dump ended short of `stop`, which the server had reported written: it has not
@@ -274,15 +276,22 @@ def read_changes(
                 if isinstance(event, RotateEvent):
                     continue
                 begin = end - size if end else 0
-                here = BinlogPosition(file, begin)
+                here = BinlogPosition(file, begin, epoch)
                 if stop is not None and here >= stop:
                     return
                 if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                     gtid = str(event.gtid)
                     txn_start, in_txn = here, True
+                    if seen is not None:
+                        seen.add(gtid)
                 elif isinstance(event, NotImplementedEvent) and event.event_type == GTID_TAGGED_LOG_EVENT:
                     gtid = tagged.gtid(here)
                     txn_start, in_txn = here, True
+                    if seen is not None:
+                        seen.add(gtid)
+                elif isinstance(event, NotImplementedEvent) and event.event_type == ANONYMOUS_GTID_LOG_EVENT:
+                    if seen is not None:
+                        seen.add(None)  # a transaction without a GTID: no GTID state to fail over with
                 elif isinstance(event, QueryEvent) and _query(event) == "BEGIN":
                     if not in_txn:
                         txn_start, in_txn = here, True
@@ -296,7 +305,7 @@ def read_changes(
                     if wanted(event.schema, event.table):
                         if ddl:
                             yield from _shape_change(shapes, event, file, begin, txn_start)
-                        yield from _rows(event, file, begin, gtid, fast)
+                        yield from _rows(event, here, gtid, fast)
                 elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
                     if ddl and isinstance(event, QueryEvent):
                         default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
@@ -308,11 +317,11 @@ def read_changes(
                     gtid = None
                     in_txn = False
                     if end:
-                        txn_start = BinlogPosition(file, end)
+                        txn_start = BinlogPosition(file, end, epoch)
                 if end:
-                    done = max(done, BinlogPosition(file, end))
+                    done = max(done, BinlogPosition(file, end, epoch))
                     if on_position is not None:
-                        on_position(BinlogPosition(file, end), int(event.timestamp))
+                        on_position(BinlogPosition(file, end, epoch), int(event.timestamp))
         finally:
             stream.close()
             tagged.close()
@@ -345,7 +354,7 @@ def _query(event: Any) -> str:
     return _text(event.query).strip().upper()
 
 
-def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder) -> Iterator[RowChange]:
+def _rows(event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder) -> Iterator[RowChange]:
     table = f"{event.schema}.{event.table}"
     ts = int(event.timestamp)
     update = isinstance(event, UpdateRowsEvent)
@@ -358,17 +367,19 @@ def _rows(event: Any, file: str, begin: int, gtid: str | None, fast: RowDecoder)
         images = [(_image(row, "before_", times, sets), _image(row, "after_", times, sets)) if update
                   else _image(row, "", times, sets) for row in event.rows]
     if partial:
-        images = [(before, _whole_json(before, after, table, BinlogPosition(file, begin))) for before, after in images]
+        images = [(before, _whole_json(before, after, table, at)) for before, after in images]
     insert = isinstance(event, WriteRowsEvent)
+    file, begin, epoch = at.file, at.pos, at.epoch
     for i, image in enumerate(images):
         if update:
-            yield RowChange(table, "u", image[0], image[1], file, begin, i, ts, gtid)
+            yield RowChange(table, "u", image[0], image[1], file, begin, i, ts, gtid, epoch=epoch)
         elif insert:
-            yield RowChange(table, "c", None, image, file, begin, i, ts, gtid)
+            yield RowChange(table, "c", None, image, file, begin, i, ts, gtid, epoch=epoch)
         else:
-            yield RowChange(table, "d", image, None, file, begin, i, ts, gtid)
+            yield RowChange(table, "d", image, None, file, begin, i, ts, gtid, epoch=epoch)
 
 
+ANONYMOUS_GTID_LOG_EVENT = 34  # MySQL with gtid_mode OFF: a transaction without a GTID
 GTID_TAGGED_LOG_EVENT = 42  # MySQL 8.4+: a GTID with a tag, `uuid:tag:n`, which mysql-replication does not decode
 _GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'", re.I)
 

@@ -31,7 +31,7 @@ from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
 from binlake.schema_changes import Guard
-from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, select_rows
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, epoch_of, select_rows
 from binlake.source.dialect import Dialect
 from binlake.splits import Split
 
@@ -296,7 +296,8 @@ def _consistent_read(params: dict[str, Any], schema: TableSchema, split: Split,
         try:
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
             status = {str(k).lower(): v for k, v in cur.fetchall()}
-            at = BinlogPosition(str(status["binlog_snapshot_file"]), int(status["binlog_snapshot_position"]))
+            at = BinlogPosition(str(status["binlog_snapshot_file"]), int(status["binlog_snapshot_position"]),
+                                epoch_of(conn))
             log.info("split %s: consistent snapshot at %s", split.id, at)
             faults.point("after_low_watermark", split.id)
             if hooks.after_low_watermark:

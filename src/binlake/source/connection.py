@@ -39,7 +39,7 @@ def settings(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection:
-    """A PyMySQL connection in UTC, autocommit, utf8mb4.
+    """A PyMySQL connection in UTC, autocommit, utf8mb4, knowing the epoch of its server (`epoch_of`).
 
     The session time zone is UTC so TIMESTAMP columns come back as UTC wall time, the same instant
     the binlog carries as a Unix time.
@@ -50,7 +50,14 @@ def connect(params: dict[str, Any], **kw: Any) -> pymysql.connections.Connection
     except pymysql.err.MySQLError as exc:
         raise cannot_connect(params, exc) from None
     tls.learn(params["host"], int(params["port"]), conn)
+    # which server's history the positions read through this connection belong to (binlake.offsets)
+    conn.binlake_epoch = int(params.get("epoch") or 0)
     return conn
+
+
+def epoch_of(conn: Any) -> int:
+    """The epoch of the positions read through `conn` (0 for one opened elsewhere)."""
+    return int(getattr(conn, "binlake_epoch", 0))
 
 
 def encryption(conn: Any) -> str | None:
@@ -129,10 +136,11 @@ def bulk_connect(params: dict[str, Any]) -> Any:
     if args is None:
         return connect(params)
     try:
-        return MySQLdb.connect(**_basics(params), **args, autocommit=True, charset="utf8mb4",
-                               init_command=SESSION)
+        conn = MySQLdb.connect(**_basics(params), **args, autocommit=True, charset="utf8mb4", init_command=SESSION)
     except MySQLdb.MySQLError as exc:
         raise cannot_connect(params, exc) from None
+    conn.binlake_epoch = int(params.get("epoch") or 0)
+    return conn
 
 
 def select_rows(params: dict[str, Any], sql: str, args: list[Any]) -> list[tuple[Any, ...]]:

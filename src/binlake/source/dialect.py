@@ -116,7 +116,9 @@ class Dialect:
             row = cur.fetchone()
         if not row:
             raise ConfigError("log_bin is OFF; binlake needs ON: start the server with --log-bin and restart")
-        return BinlogPosition(str(row[0]), int(row[1]))
+        from binlake.source.connection import epoch_of
+
+        return BinlogPosition(str(row[0]), int(row[1]), epoch_of(conn))
 
     def settle(self, conn: Any, timeout: float) -> None:
         """Wait until every transaction the binlog holds so far is visible to a new read (see the module

@@ -58,10 +58,10 @@ def parse_mysql(text: str) -> dict[str, Intervals] | None:
                 key = f"{uuid.lower()}:{token.lower()}"
             else:
                 return None
-    return {k: _merged(v) for k, v in out.items()} or None
+    return {k: merged(v) for k, v in out.items()} or None
 
 
-def _merged(intervals: Intervals) -> Intervals:
+def merged(intervals: Intervals) -> Intervals:
     out: Intervals = []
     for first, last in sorted(intervals):
         if out and first <= out[-1][1] + 1:
@@ -100,3 +100,98 @@ def covers(applied: dict[str, Intervals], other: dict[str, Intervals]) -> bool:
 
 def is_mysql_state(applied: dict[str, Any]) -> bool:
     return any(isinstance(v, list) for v in applied.values())
+
+
+def format_mysql(state: dict[str, Intervals]) -> str:
+    """A GTID set in the form `parse_mysql` reads (`uuid:1-5:11-18,uuid:tag:1-3`)."""
+    return ",".join(f"{key}:" + ":".join(f"{a}-{b}" if a != b else str(a) for a, b in intervals)
+                    for key, intervals in sorted(state.items()) if intervals)
+
+
+def last_per_domain(text: str) -> dict[str, str]:
+    """`0-1-42,1-7-3` -> {"0": "0-1-42", "1": "1-7-3"}: the last GTID per domain, whole."""
+    return {m.group(1): m.group(0) for m in _MARIADB.finditer(text or "")}
+
+
+class Seen:
+    """The GTIDs of the transactions a binlog read passed, in the server's own text form: MySQL's as a
+    GTID set, MariaDB's as the last GTID per domain (a domain's numbers rise in binlog order). A
+    transaction without a GTID (MySQL with gtid_mode OFF) makes the record incomplete."""
+
+    def __init__(self) -> None:
+        self._mysql: dict[str, list[int]] = {}
+        self._mariadb: dict[str, str] = {}
+        self.complete = True
+
+    def add(self, gtid: str | None) -> None:
+        if not gtid:
+            self.complete = False
+            return
+        if _MARIADB.fullmatch(gtid):
+            self._mariadb[gtid.split("-", 1)[0]] = gtid
+            return
+        key, _, number = gtid.rpartition(":")
+        self._mysql.setdefault(key.lower(), []).append(int(number))
+
+    def text(self) -> str:
+        if self._mariadb:
+            return ",".join(self._mariadb[d] for d in sorted(self._mariadb, key=int))
+        return format_mysql({k: merged([[n, n] for n in v]) for k, v in self._mysql.items()})
+
+
+def advance(state: str, seen: str) -> str:
+    """The GTID state after `state` and then the transactions `seen` (both in the server's text form)."""
+    if not seen:
+        return state
+    if not state:
+        return seen
+    if parse_mariadb(seen) is not None or parse_mariadb(state) is not None:
+        return ",".join(v for _, v in sorted({**last_per_domain(state), **last_per_domain(seen)}.items(),
+                                             key=lambda kv: int(kv[0])))
+    a, b = parse_mysql(state) or {}, parse_mysql(seen) or {}
+    return format_mysql({k: merged(a.get(k, []) + b.get(k, [])) for k in set(a) | set(b)})
+
+
+def server_state(conn: Any, mariadb: bool) -> str:
+    """The transactions the server holds: MySQL's @@gtid_executed, MariaDB's @@gtid_binlog_pos."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@global.gtid_binlog_pos" if mariadb else "SELECT @@global.gtid_executed")
+        (value,) = cur.fetchone()
+    return " ".join(str(value or "").split()).replace(" ", "")
+
+
+def lacking(state: str, server: str) -> tuple[str, bool]:
+    """What of `state` the server's (`server_state`) does not hold, as text ('' when nothing), and
+    whether the server could still come to hold it: it has transactions of the same sources (MySQL
+    UUIDs, MariaDB domains), only fewer -- a replica behind -- rather than none of them."""
+    ours_mariadb = last_per_domain(state)
+    if ours_mariadb:
+        theirs = last_per_domain(server)
+        short = {d: g for d, g in ours_mariadb.items()
+                 if d not in theirs or int(theirs[d].rsplit("-", 1)[1]) < int(g.rsplit("-", 1)[1])}
+        return ",".join(short.values()), all(d in theirs for d in short)
+    ours, have = parse_mysql(state) or {}, parse_mysql(server) or {}
+    missing: dict[str, Intervals] = {}
+    for key, intervals in ours.items():
+        for first, last in intervals:
+            n = first
+            while n <= last:
+                cover = next((b for a, b in have.get(key, []) if a <= n <= b), None)
+                if cover is not None:
+                    n = cover + 1
+                    continue
+                nxt = min((a for a, _ in have.get(key, []) if a > n), default=last + 1)
+                missing.setdefault(key, []).append([n, min(last, nxt - 1)])
+                n = nxt
+    return format_mysql(missing), all(key in have for key in missing)
+
+
+def previous_gtids(conn: Any, file: str) -> dict[str, Intervals]:
+    """The GTID set written before binlog `file` (its Previous_gtids event; MySQL)."""
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
+        rows = cur.fetchall()
+    for row in rows:
+        if row[2] == "Previous_gtids":
+            return parse_mysql(str(row[5])) or {}
+    return {}

@@ -127,6 +127,12 @@ def changed_message(anchor: Anchor, what: str) -> str:
     )
 
 
+def moved(conn: Any, identity: ServerIdentity, started: float | None) -> bool:
+    """Whether the server behind `conn` is not `identity`, or has restarted since `started`."""
+    now, since = identify(conn)
+    return not identity.same(now) or (started is not None and abs(since - started) > RESTART_SLACK)
+
+
 def verify(conn: Any, params: dict[str, Any], server_id: int, anchor: Anchor) -> None:
     """Raise SourceChangedError unless the server behind `conn` holds the history up to `anchor`. A
     file older than the server's oldest passes: that is a purge, which the caller reports as such."""
@@ -155,11 +161,14 @@ def verify(conn: Any, params: dict[str, Any], server_id: int, anchor: Anchor) ->
 
 @dataclass
 class Lineage:
-    """The record in `_binlake/source.json`: the server binlake reads, and the creation time of each
-    binlog file a stored position lies in."""
+    """The record in `_binlake/source.json`: the server binlake reads, the creation time of each binlog
+    file a stored position lies in, the epoch of that server's positions (binlake.offsets) and, after
+    a failover, where it began (binlake.failover)."""
 
     identity: ServerIdentity
     files: dict[str, int] = field(default_factory=dict)
+    epoch: int = 0
+    failover: dict[str, Any] | None = None  # the latest: epoch, start (here), applied (GTIDs had), from, at
 
     @classmethod
     def load(cls, path: Path) -> Lineage | None:
@@ -174,6 +183,10 @@ class Lineage:
         tmp.replace(path)
 
     def anchor(self, position: BinlogPosition, created: int | None = None) -> Anchor:
+        """`position` with what identifies its history. A position on a server before the failover is,
+        on this one, where the failover began."""
+        if position.epoch < self.epoch and self.failover is not None:
+            position, created = BinlogPosition.from_dict(self.failover["start"]), None
         return Anchor(position, self.identity, created if created is not None else self.files.get(position.file))
 
     def note(self, params: dict[str, Any], server_id: int, files: list[str]) -> bool:
@@ -186,12 +199,23 @@ class Lineage:
                 added = True
         return added
 
+    def failed_over(self, identity: ServerIdentity, start: BinlogPosition, applied: str,
+                    at: BinlogPosition) -> Lineage:
+        """The record after a failover to `identity`: its positions take the next epoch; the stream reads
+        on from `start` there, skipping the transactions `applied` names (binlake had them up to `at`)."""
+        epoch = self.epoch + 1
+        here = BinlogPosition(start.file, start.pos, epoch)
+        return Lineage(identity, {}, epoch, {"epoch": epoch, "start": here.to_dict(), "applied": applied,
+                                              "from": self.identity.to_dict(), "at": at.to_dict()})
+
     def to_dict(self) -> dict[str, Any]:
-        return {"identity": self.identity.to_dict(), "files": dict(self.files)}
+        return {"identity": self.identity.to_dict(), "files": dict(self.files), "epoch": self.epoch,
+                "failover": self.failover}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Lineage:
-        return cls(ServerIdentity.from_dict(d["identity"]), {str(k): int(v) for k, v in d.get("files", {}).items()})
+        return cls(ServerIdentity.from_dict(d["identity"]), {str(k): int(v) for k, v in d.get("files", {}).items()},
+                   int(d.get("epoch") or 0), d.get("failover"))
 
 
 class Watch:
@@ -216,10 +240,13 @@ class Watch:
             # can lose a tail that was written but never synced, and so never served)
             upto = file_index(self.committed.position.file)
             self.lineage.files = {f: c for f, c in self.lineage.files.items() if file_index(f) <= upto}
-        self.started = started
+        if self.started is None or restarted:
+            self.started = started  # kept while the server runs: `now - Uptime` wobbles by a second
         created = self.lineage.files.get(head.file)
         if created is None:
             created = file_created(self.params, self.server_id, head.file)
             if created is not None:
                 self.lineage.files[head.file] = created
-        return {**head.to_dict(), "created": created}
+        # the server's start time goes with the position: a reader meeting another (binlake.spark.sources)
+        # checks the history before it reads
+        return {**head.to_dict(), "created": created, "started": round(self.started)}

@@ -201,7 +201,8 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.source.connection import connect
         from binlake.splits import Split
         from binlake.evolution import marker_row
-        from binlake.source.gtids import contains
+        from binlake.source.gtids import Seen, contains, parse_mariadb, parse_mysql
+        from binlake.source.identity import Lineage, moved
 
         import pyarrow as pa
 
@@ -213,21 +214,36 @@ class BinlogReader(DataSourceStreamReader):
         patience = float(self.job.get("reconnect_timeout", 0))
         conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
         try:
+            # the batch was planned on the server its end offset names; another one now (a failover, a
+            # replaced server), or the same restarted, must still hold the history up to its start
+            if moved(conn, Lineage.from_dict(self.job["lineage"]).identity, partition.end.get("started")):
+                self._same_history(params, partition.start)
             handover.bind(conn)
             # a table snapshotted again after a change starts at its new chunks' high watermarks
             guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
                                              if ss and all(s.hw is not None for s in ss)},
                              self.job.get("patterns"))
+            # a batch from a position on the server before a failover reads on from where that position is
+            # on this one, skipping the transactions binlake had (binlake.source.identity)
+            start = BinlogPosition.from_dict(partition.start)
+            failover = self.job.get("failover")
+            had = None
+            if failover:
+                had = parse_mysql(failover["applied"]) or parse_mariadb(failover["applied"])
+                if start.epoch < int(failover["epoch"]):
+                    start = BinlogPosition.from_dict(failover["start"])
+            seen = Seen() if self.job.get("gtid_trailer") else None
             changes = read_changes(
-                params, int(self.job["server_id"]), BinlogPosition.from_dict(partition.start),
+                params, int(self.job["server_id"]), start,
                 BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
                 reconnect_timeout=patience, ddl=True, on_reopen=lambda: self._same_history(params, partition.start),
+                seen=seen,
             )
             rows: list[tuple[Any, ...]] = []
             size = 0
             since = self.job.get("since")
             applied = self.job.get("applied")
-            evolver = _evolver(self.job, schemas, splits, BinlogPosition.from_dict(partition.start), guard, conn)
+            evolver = _evolver(self.job, schemas, splits, start, guard, conn)
             encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
             dumps = json.JSONEncoder(ensure_ascii=False).encode
             for change in changes:
@@ -243,6 +259,8 @@ class BinlogReader(DataSourceStreamReader):
                     continue  # startup mode timestamp: written before the requested time
                 if applied and contains(applied, change.gtid):
                     continue  # a GTID startup position names this transaction as already had
+                if had and change.epoch == int(failover["epoch"]) and contains(had, change.gtid):
+                    continue  # read from the server before the failover
                 schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
                 encode = encoders.get(id(schema))
                 if encode is None:
@@ -264,6 +282,9 @@ class BinlogReader(DataSourceStreamReader):
                     # offsets (server heads, at transaction boundaries) never do, and a replayed
                     # micro-batch reads the whole event again, each row in its slot
                     faults.point("binlog_batch_handed", change.table)
+            if seen is not None:  # the GTIDs this batch passed, for the driver's record (spark.streaming)
+                rows.append(("", "g", None, None, None, None, None, None, None, json.dumps(
+                    {"start": partition.start, "end": partition.end, "gtids": seen.text(), "complete": seen.complete})))
             if rows:
                 yield _arrow_batch(fields, [list(c) for c in zip(*rows)])
         finally:

@@ -13,7 +13,7 @@ from binlake.target import CHECKPOINT_INTERVAL
 
 SCHEMA = (
     "table STRING, table_no INT, chunk INT, group_id BIGINT, start STRING, `end` STRING, status STRING, "
-    "hw_file STRING, hw_pos BIGINT, rows BIGINT, lw_file STRING, lw_pos BIGINT, updated_at TIMESTAMP"
+    "hw_file STRING, hw_pos BIGINT, rows BIGINT, lw_file STRING, lw_pos BIGINT, epoch INT, updated_at TIMESTAMP"
 )
 
 
@@ -40,7 +40,7 @@ def _append(spark: SparkSession, path: str, splits: Iterable[Split], app_id: str
     df = spark.createDataFrame(rows, SCHEMA.replace(", updated_at TIMESTAMP", "")).withColumn(
         "updated_at", F.current_timestamp()
     )
-    # mergeSchema: a split state from before the low watermark was kept gains its columns
+    # mergeSchema: a split state from before the low watermark (or the epoch) was kept gains its columns
     writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
     if app_id is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", version)

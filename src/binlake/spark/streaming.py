@@ -95,12 +95,13 @@ def resume_anchor(ctx: Context, lineage: Lineage) -> Anchor | None:
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
                until: BinlogPosition | None = None, since: int | None = None,
                applied: dict[str, int] | None = None, patterns: list[str] | None = None,
-               versions: dict[str, list[Version]] | None = None) -> dict[str, Any]:
+               versions: dict[str, list[Version]] | None = None, gtid_trailer: bool = False) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
     source offers nothing past that position; with `patterns` (source.tables), a table that comes to
     match them stops the batch that meets it (NewTableError), for the caller to capture it; with
     `versions` (each table's schema versions), the source follows schema changes under
-    stream.schema-changes, and without them stops at any (`fail`)."""
+    stream.schema-changes, and without them stops at any (`fail`); with `gtid_trailer`, each batch ends
+    with a row of the GTIDs it passed (`_op` 'g', for binlake.failover)."""
     return {
         "schema_changes": "fail" if versions is None else ctx.cfg.get("stream.schema-changes"),
         "versions": {n: [v.to_dict() for v in vs] for n, vs in (versions or {}).items()},
@@ -115,6 +116,8 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "patterns": patterns,
         "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout")),
         "lineage": ctx.lineage().to_dict(),
+        "failover": ctx.lineage().failover,
+        "gtid_trailer": gtid_trailer,
     }
 
 
@@ -147,25 +150,27 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     hws = [s.hw for ss in splits.values() for s in ss if s.hw is not None]
     since, applied = None, None
     if from_snapshot:
-        start = min(hws) if hws else current_position(ctx.cfg)
+        start = min(hws) if hws else current_position(ctx)
     else:
         chosen = _startup(ctx)
         start, since, applied = chosen.position, chosen.since, chosen.applied
     checkpoint = ctx.target.checkpoint
     app = stream_id(checkpoint)
-    target = current_position(ctx.cfg) if until_caught_up else None
+    target = current_position(ctx) if until_caught_up else None
     policy = ctx.cfg.get("stream.schema-changes")
     history = ctx.versions()
     job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
-                     None if policy == "fail" else history)
+                     None if policy == "fail" else history, gtid_trailer=True)
+    gtids = _gtid_record(ctx, start)
     progress_file = ctx.target.stream_progress
     # per table: the newest binlog change bronze held before this run appended any (see silver.apply)
     held: dict[str, Any] = {}
 
-    def each_batch(df: Any, batch_id: int) -> None:
-        df.persist()
+    def each_batch(whole: Any, batch_id: int) -> None:
+        whole.persist()
         try:
             began = time.monotonic()
+            df = whole.where(F.col("_op") != "g")
             seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts"),
                                             F.min("_seq").alias("oldest"),
                                             F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks"),
@@ -209,19 +214,21 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
                 with ThreadPoolExecutor(max_workers=workers) as pool:
                     times = list(pool.map(land, seen))
             bronze_s, silver_s = sum(b for b, _ in times), sum(s for _, s in times)
+            for trailer in whole.where(F.col("_op") == "g").select("_row").collect():
+                gtids.advance(json.loads(trailer["_row"]))  # before the batch commits
             _write_progress(progress_file, batch_id, {r["_table"]: (int(r["n"]), r["ts"]) for r in seen}, began)
             log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
                      {r["_table"]: int(r["n"]) for r in seen}, read_s, bronze_s, silver_s)
             faults.point("after_batch", str(batch_id))
         finally:
-            df.unpersist()
+            whole.unpersist()
 
     reader = (spark.readStream.format("binlake_binlog").option("job", json.dumps(job))
               .option("password", ctx.params["password"]).load())
     # Spark's own progress reports (query.lastProgress, StreamingQueryListener) carry the binlog
     # position as each batch's endOffset, and these metrics: changes read and the newest event time,
     # from which a monitor computes seconds behind the source
-    reader = reader.observe(PROGRESS_METRICS, F.count(F.lit(1)).alias("changes"),
+    reader = reader.observe(PROGRESS_METRICS, F.count_if(F.col("_op") != "g").alias("changes"),
                             F.max("_ts").alias("last_event_ts"), F.min("_ts").alias("first_event_ts"))
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
     if until_caught_up:
@@ -275,6 +282,24 @@ def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Versio
                         v.at, f" (renamed {v.renames})" if v.renames else "")
     apply_batch(ctx.session(), rows, history[name], new, policy, ctx.target.bronze(name).location,
                 ctx.target.silver(name).location, app_id, batch_id, oldest)
+
+
+def _gtid_record(ctx: Context, start: BinlogPosition) -> Any:
+    """The GTID record (binlake.failover), holding the state at the position the stream reads on from:
+    read from the server when it does not (the stream's first start, or a target from before it)."""
+    from binlake.failover import GtidRecord, state_at
+    from binlake.source.connection import connect
+    from binlake.source.dialect import Dialect
+
+    record = GtidRecord(ctx.target.gtid_record)
+    position = committed_offset(ctx.target.checkpoint) or start
+    if record.at(position) is None and position.epoch == ctx.lineage().epoch:
+        conn = connect(ctx.params)
+        try:
+            record.put(position, *state_at(conn, Dialect.of(conn), position))
+        finally:
+            conn.close()
+    return record
 
 
 def _startup(ctx: Context) -> Start:

@@ -1,0 +1,227 @@
+"""Failing over to another server of the same replication topology, by GTID.
+
+A promoted replica holds the transactions binlake read under other binlog file names and positions,
+so a stored `file:pos` means nothing there. What does carry over is the GTID of each transaction.
+binlake keeps, in `_binlake/gtids.json`, the GTID state at the last few positions the stream reached:
+every transaction it has read past, in the server's own text form (MySQL's GTID set, MariaDB's last
+GTID per domain). The stream's reader collects the GTIDs each micro-batch passes
+(`binlake.source.gtids.Seen`), and the driver adds them to the state before the batch commits; at the
+stream's first start the state is read from the server (`state_at`).
+
+When `source.hostname` leads to another server (its identity differs, `binlake.source.identity`):
+
+- it must be the same kind of server and hold every transaction of the state at the stored position.
+  Holding fewer of the same sources (MySQL source UUIDs, MariaDB domains), it is a replica behind:
+  binlake waits for it, up to `source.reconnect-timeout`, then refuses. Holding none of a source, it
+  is not of the topology: refused.
+- MySQL: the stream reads on from the newest binlog file whose `Previous_gtids` the state covers,
+  skipping the state's transactions there, as a replica with auto-positioning does.
+- MariaDB: from the first transaction after the state's in one of its domains; the server's binlog
+  must hold the state's own last GTIDs (domain, server id and number), not merely count higher.
+
+The new server's positions take the next epoch (`binlake.offsets`), so every change read there ranks
+after every change read before. Nothing is skipped that binlake has not had, and nothing it had is
+read again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from binlake.errors import SourceChangedError
+from binlake.offsets import BinlogPosition
+from binlake.source.dialect import Dialect, binlog_files, binlog_head
+from binlake.source.gtids import (last_per_domain, merged, advance, covers, format_mysql, lacking, parse_mysql,
+                                  previous_gtids, server_state)
+from binlake.source.identity import Anchor, changed_message
+
+log = logging.getLogger(__name__)
+
+KEEP = 4  # states kept: the committed position's, and those of batches read but not yet committed
+PAGE = 5000  # events per SHOW BINLOG EVENTS page
+_GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'", re.I)
+_MARIADB_GTID = re.compile(r"\b(\d+-\d+-\d+)\b")
+
+
+class GtidRecord:
+    """`_binlake/gtids.json`: {"states": [{"end": position, "gtids": text, "complete": bool}, ...]}."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def states(self) -> list[dict[str, Any]]:
+        return list(json.loads(self.path.read_text())["states"]) if self.path.exists() else []
+
+    def at(self, position: BinlogPosition) -> dict[str, Any] | None:
+        return next((s for s in self.states() if BinlogPosition.from_dict(s["end"]) == position), None)
+
+    def newest(self, since: BinlogPosition) -> dict[str, Any] | None:
+        """The state at the furthest position at or after `since` on the same server (epoch). A state is
+        put once its batch has landed in bronze and silver: the batch after a commit the crash cut off
+        counts as read too."""
+        found = [s for s in self.states() if BinlogPosition.from_dict(s["end"]) >= since
+                 and BinlogPosition.from_dict(s["end"]).epoch == since.epoch]
+        return max(found, key=lambda s: BinlogPosition.from_dict(s["end"]), default=None)
+
+    def put(self, position: BinlogPosition, gtids: str, complete: bool) -> None:
+        kept = [s for s in self.states() if BinlogPosition.from_dict(s["end"]) != position][-(KEEP - 1):]
+        kept.append({"end": position.to_dict(), "gtids": gtids, "complete": complete})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"states": kept}))
+        tmp.replace(self.path)
+
+    def advance(self, batch: dict[str, Any]) -> None:
+        """Add a micro-batch's GTIDs (the reader's record: start, end, gtids, complete) to the state at
+        its start. A replayed batch finds its end already there; a batch whose start has no state
+        leaves its end without one too (the next start reads it from the server)."""
+        start, end = BinlogPosition.from_dict(batch["start"]), BinlogPosition.from_dict(batch["end"])
+        if self.at(end) is not None:
+            return
+        base = self.at(start)
+        if base is not None:
+            self.put(end, advance(base["gtids"], batch["gtids"]), bool(base["complete"] and batch["complete"]))
+
+
+def state_at(conn: Any, dialect: Dialect, position: BinlogPosition) -> tuple[str, bool]:
+    """The GTID state at `position` on the server behind `conn`, and whether every transaction before
+    it had a GTID. MariaDB tells it (BINLOG_GTID_POS); on MySQL it is the file's Previous_gtids and the
+    GTIDs of the file's transactions before the position."""
+    if dialect.is_mariadb:
+        with conn.cursor() as cur:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
+            (text,) = cur.fetchone()
+        return str(text or ""), True
+    state = previous_gtids(conn, position.file)
+    seen: dict[str, list[list[int]]] = {}
+    complete = True
+    pos = 4
+    while pos < position.pos:
+        with conn.cursor() as cur:
+            cur.execute(f"SHOW BINLOG EVENTS IN '{position.file}' FROM {pos} LIMIT {PAGE}")
+            rows = cur.fetchall()
+        for row in rows:
+            if int(row[1]) >= position.pos:
+                break
+            kind = str(row[2])
+            if kind == "Anonymous_Gtid":
+                complete = False
+            elif kind.startswith("Gtid"):
+                found = _GTID_NEXT.search(str(row[5]))
+                if found:
+                    key, _, n = found.group(1).rpartition(":")
+                    seen.setdefault(key.lower(), []).append([int(n), int(n)])
+        if len(rows) < PAGE:
+            break
+        pos = int(rows[-1][4])
+    return advance(format_mysql(state), format_mysql({k: merged(v) for k, v in seen.items()})), complete
+
+
+def start_on(conn: Any, dialect: Dialect, anchor: Anchor, state: str, patience: float) -> BinlogPosition:
+    """Where the stream reads on, on the server behind `conn`, after the transactions of `state`
+    (see the module docstring); SourceChangedError when the server cannot serve them."""
+    deadline = time.monotonic() + patience
+    told = False
+    while True:
+        short, behind = lacking(state, server_state(conn, dialect.is_mariadb))
+        if not short:
+            break
+        if not behind:
+            raise SourceChangedError(changed_message(
+                anchor, f"the server is now {_name(conn)}, which lacks transactions binlake has already read "
+                f"({short}) and holds none of their source: not a server of the same replication topology"))
+        if time.monotonic() >= deadline:
+            raise SourceChangedError(changed_message(
+                anchor, f"the server is now {_name(conn)}, a replica still behind after {patience:g}s "
+                f"(source.reconnect-timeout): it lacks transactions binlake has already read ({short}); let it "
+                "catch up and run again"))
+        if not told:
+            log.warning("source.hostname now leads to %s, which lacks transactions binlake has already read (%s): "
+                        "waiting for it to catch up (up to %gs, source.reconnect-timeout)", _name(conn), short, patience)
+            told = True
+        time.sleep(1)
+    if dialect.is_mariadb:
+        found = _mariadb_start(conn, state)
+        if found is None:
+            raise SourceChangedError(changed_message(
+                anchor, f"the server is now {_name(conn)}, whose binlog does not hold the last transactions binlake "
+                f"read ({state}) under the same GTIDs: not a server of the same replication topology, or those "
+                "binlogs are purged"))
+        return found
+    had = parse_mysql(state) or {}
+    for file in reversed(binlog_files(conn)):
+        if covers(had, previous_gtids(conn, file)):
+            return BinlogPosition(file, 4)
+    raise SourceChangedError(changed_message(
+        anchor, f"the server is now {_name(conn)}, which has purged binlogs holding transactions binlake has not "
+        "read yet"))
+
+
+def _name(conn: Any) -> str:
+    from binlake.source.identity import identify
+
+    return str(identify(conn)[0])
+
+
+def _gtid_list(conn: Any, file: str) -> dict[str, str]:
+    """The GTID state at the start of MariaDB binlog `file` (its Gtid_list event): domain -> GTID."""
+    with conn.cursor() as cur:
+        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
+        rows = cur.fetchall()
+    for row in rows:
+        if row[2] == "Gtid_list":
+            return last_per_domain(str(row[5]))
+    return {}
+
+
+def _seq(gtid: str) -> int:
+    return int(gtid.rsplit("-", 1)[1])
+
+
+def _mariadb_start(conn: Any, state: str) -> BinlogPosition | None:
+    """The first transaction after `state` in one of its domains, scanning from the newest binlog file
+    whose starting state is not past it; None when the binlog does not hold the state's own GTIDs."""
+    ours = last_per_domain(state)
+    files = binlog_files(conn)
+    first = None
+    listed: dict[str, str] = {}
+    for i in range(len(files) - 1, -1, -1):
+        listed = _gtid_list(conn, files[i])
+        if all(_seq(listed[d]) <= _seq(g) for d, g in ours.items() if d in listed):
+            first = i
+            break
+    if first is None:
+        return None
+    found = {d for d, g in ours.items() if listed.get(d) == g}
+    start: BinlogPosition | None = None
+    for file in files[first:]:
+        pos = 4
+        while True:
+            with conn.cursor() as cur:
+                cur.execute(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos} LIMIT {PAGE}")
+                rows = cur.fetchall()
+            for row in rows:
+                m = _MARIADB_GTID.search(str(row[5])) if row[2] == "Gtid" else None
+                if m is None:
+                    continue
+                gtid = m.group(1)
+                domain = gtid.split("-", 1)[0]
+                if domain not in ours:
+                    continue
+                if gtid == ours[domain]:
+                    found.add(domain)
+                elif start is None and _seq(gtid) > _seq(ours[domain]):
+                    start = BinlogPosition(file, int(row[1]))
+            if (start is not None and found == set(ours)) or len(rows) < PAGE:
+                break
+            pos = int(rows[-1][4])
+        if start is not None and found == set(ours):
+            break
+    if found != set(ours):
+        return None
+    return start if start is not None else binlog_head(conn)
