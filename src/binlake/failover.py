@@ -36,14 +36,13 @@ from typing import Any
 from binlake.errors import SourceChangedError
 from binlake.offsets import BinlogPosition
 from binlake.source.dialect import Dialect, binlog_files, binlog_head
-from binlake.source.gtids import (last_per_domain, merged, advance, covers, format_mysql, lacking, parse_mysql,
-                                  previous_gtids, server_state)
+from binlake.source.gtids import (advance, binlog_events, covers, file_state, format_mysql, lacking,
+                                  last_per_domain, merged, parse_mysql, previous_gtids, server_state)
 from binlake.source.identity import Anchor, changed_message
 
 log = logging.getLogger(__name__)
 
 KEEP = 4  # states kept: the committed position's, and those of batches read but not yet committed
-PAGE = 5000  # events per SHOW BINLOG EVENTS page
 _GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'", re.I)
 _MARIADB_GTID = re.compile(r"\b(\d+-\d+-\d+)\b")
 
@@ -100,25 +99,17 @@ def state_at(conn: Any, dialect: Dialect, position: BinlogPosition) -> tuple[str
     state = previous_gtids(conn, position.file)
     seen: dict[str, list[list[int]]] = {}
     complete = True
-    pos = 4
-    while pos < position.pos:
-        with conn.cursor() as cur:
-            cur.execute(f"SHOW BINLOG EVENTS IN '{position.file}' FROM {pos} LIMIT {PAGE}")
-            rows = cur.fetchall()
-        for row in rows:
-            if int(row[1]) >= position.pos:
-                break
-            kind = str(row[2])
-            if kind == "Anonymous_Gtid":
-                complete = False
-            elif kind.startswith("Gtid"):
-                found = _GTID_NEXT.search(str(row[5]))
-                if found:
-                    key, _, n = found.group(1).rpartition(":")
-                    seen.setdefault(key.lower(), []).append([int(n), int(n)])
-        if len(rows) < PAGE:
+    for row in binlog_events(conn, position.file):
+        if int(row[1]) >= position.pos:
             break
-        pos = int(rows[-1][4])
+        kind = str(row[2])
+        if kind == "Anonymous_Gtid":
+            complete = False
+        elif kind.startswith("Gtid"):
+            found = _GTID_NEXT.search(str(row[5]))
+            if found:
+                key, _, n = found.group(1).rpartition(":")
+                seen.setdefault(key.lower(), []).append([int(n), int(n)])
     return advance(format_mysql(state), format_mysql({k: merged(v) for k, v in seen.items()})), complete
 
 
@@ -168,17 +159,6 @@ def _name(conn: Any) -> str:
     return str(identify(conn)[0])
 
 
-def _gtid_list(conn: Any, file: str) -> dict[str, str]:
-    """The GTID state at the start of MariaDB binlog `file` (its Gtid_list event): domain -> GTID."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
-        rows = cur.fetchall()
-    for row in rows:
-        if row[2] == "Gtid_list":
-            return last_per_domain(str(row[5]))
-    return {}
-
-
 def _seq(gtid: str) -> int:
     return int(gtid.rsplit("-", 1)[1])
 
@@ -191,7 +171,7 @@ def _mariadb_start(conn: Any, state: str) -> BinlogPosition | None:
     first = None
     listed: dict[str, str] = {}
     for i in range(len(files) - 1, -1, -1):
-        listed = _gtid_list(conn, files[i])
+        listed = last_per_domain(file_state(conn, files[i]))
         if all(_seq(listed[d]) <= _seq(g) for d, g in ours.items() if d in listed):
             first = i
             break
@@ -200,28 +180,18 @@ def _mariadb_start(conn: Any, state: str) -> BinlogPosition | None:
     found = {d for d, g in ours.items() if listed.get(d) == g}
     start: BinlogPosition | None = None
     for file in files[first:]:
-        pos = 4
-        while True:
-            with conn.cursor() as cur:
-                cur.execute(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos} LIMIT {PAGE}")
-                rows = cur.fetchall()
-            for row in rows:
-                m = _MARIADB_GTID.search(str(row[5])) if row[2] == "Gtid" else None
-                if m is None:
-                    continue
-                gtid = m.group(1)
-                domain = gtid.split("-", 1)[0]
-                if domain not in ours:
-                    continue
-                if gtid == ours[domain]:
-                    found.add(domain)
-                elif start is None and _seq(gtid) > _seq(ours[domain]):
-                    start = BinlogPosition(file, int(row[1]))
-            if (start is not None and found == set(ours)) or len(rows) < PAGE:
-                break
-            pos = int(rows[-1][4])
-        if start is not None and found == set(ours):
-            break
+        for row in binlog_events(conn, file):
+            m = _MARIADB_GTID.search(str(row[5])) if row[2] == "Gtid" else None
+            if m is None or m.group(1).split("-", 1)[0] not in ours:
+                continue
+            gtid = m.group(1)
+            domain = gtid.split("-", 1)[0]
+            if gtid == ours[domain]:
+                found.add(domain)
+            elif start is None and _seq(gtid) > _seq(ours[domain]):
+                start = BinlogPosition(file, int(row[1]))
+            if start is not None and found == set(ours):
+                return start
     if found != set(ours):
         return None
     return start if start is not None else binlog_head(conn)

@@ -128,7 +128,7 @@ class Context:
             finally:
                 conn.close()
             found = Lineage(identity)
-            found.note(params, self.cfg.server_ids.pick(0), [head.file])
+            found.note(params, [head.file])
             found.save(path)
             log.info("source is %s", identity)
         self._lineage = found
@@ -140,7 +140,7 @@ class Context:
     def note_files(self, files: list[str]) -> None:
         """Record the creation time of binlog files stored positions now lie in (see `lineage`)."""
         lineage = self.lineage()
-        if lineage.note(self.cfg.connection(), self.cfg.server_ids.pick(0), files):
+        if lineage.note(self.cfg.connection(), files):
             lineage.save(self.target.source_lineage)
 
     def reader_ids(self) -> list[int]:
@@ -527,7 +527,7 @@ def check_position(ctx: Context) -> None:
         gone = gone_error(ctx.params, anchor.position)
         if gone is not None:
             raise gone
-        verify(conn, ctx.params, ctx.cfg.server_ids.pick(0), anchor)
+        verify(conn, ctx.params, anchor)
     finally:
         conn.close()
 

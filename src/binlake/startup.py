@@ -34,7 +34,8 @@ from binlake.config import Config
 from binlake.source.dialect import Dialect
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogPosition
-from binlake.source.gtids import contains, covers, is_mysql_state, parse_mariadb, parse_mysql, previous_gtids
+from binlake.source.gtids import (binlog_events, contains, covers, file_state, is_mysql_state, parse_mariadb,
+                                  parse_mysql, previous_gtids)
 
 __all__ = ["contains", "parse_position", "resolve", "validate"]
 
@@ -151,18 +152,12 @@ def _file_at(cfg: Config, conn: Any, since: int) -> str:
 def _created(cfg: Config, file: str) -> int:
     from binlake.source.identity import file_created
 
-    return file_created(cfg.connection(), cfg.server_ids.pick(0), file) or 0
+    return file_created(cfg.connection(), file) or 0
 
 
 def _gtid_list(conn: Any, file: str) -> dict[str, int]:
     """The GTID state at the start of `file` (its Gtid_list event): domain -> last sequence number."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
-        rows = cur.fetchall()
-    for row in rows:
-        if row[2] == "Gtid_list":
-            return {d: int(seq) for d, _server, seq in _GTID.findall(str(row[5]))}
-    return {}
+    return {d: int(seq) for d, _server, seq in _GTID.findall(file_state(conn, file))}
 
 
 def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) -> BinlogPosition:
@@ -185,18 +180,10 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
             "without losing changes: use startup-mode initial (a snapshot), or a later position"
         )
     for file in files[first:]:
-        pos = 4
-        while True:
-            with conn.cursor() as cur:
-                cur.execute(f"SHOW BINLOG EVENTS IN '{file}' FROM {pos} LIMIT {page}")
-                rows = cur.fetchall()
-            for row in rows:
-                m = _GTID.search(str(row[5])) if row[2] == "Gtid" else None
-                if m and m.group(1) in applied and int(m.group(3)) > applied[m.group(1)]:
-                    return BinlogPosition(file, int(row[1]))
-            if len(rows) < page:
-                break
-            pos = int(rows[-1][4])  # End_log_pos of the last event: where the next one starts
+        for row in binlog_events(conn, file, page=page):
+            m = _GTID.search(str(row[5])) if row[2] == "Gtid" else None
+            if m and m.group(1) in applied and int(m.group(3)) > applied[m.group(1)]:
+                return BinlogPosition(file, int(row[1]))
     return binlog_head(conn)
 
 

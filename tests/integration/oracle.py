@@ -275,7 +275,7 @@ def replay(params: dict[str, Any], database: str, start: BinlogPosition, stop: B
             begin = int(event.packet.log_pos) - int(event.packet.event_size)
             file = stream.log_file
             at = (file_index(file), begin)
-            if at >= stop.key:
+            if BinlogPosition(file, begin) >= stop:
                 return
             if event.schema != database or event.table != TABLE:
                 continue
@@ -367,7 +367,7 @@ def check(observed: list[Observed], changes: Iterator[Change]) -> tuple[list[Mis
     pending: Change | None = next(changes, None)
     mismatched: list[Mismatch] = []
     for o in sorted(observed, key=lambda o: o.hw.key):
-        while pending is not None and pending.at < o.hw.key:
+        while pending is not None and pending.position < o.hw:
             if pending.before is not None:
                 state.pop(pending.before, None)
                 changed[pending.before] = pending

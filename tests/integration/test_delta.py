@@ -66,16 +66,17 @@ def test_group_marks_observed_while_writing_equal_bronze(spark: SparkSession, tm
     changes = spark.createDataFrame(
         [("db.t", "r", Decimal(5), None, "b.1", 40, None, 5, None, str(i), f"v{i}") for i in range(3)]
         + [("db.t", "w", Decimal(5), None, "b.1", 40, None, 5, "b.1:30", None, None)]
-        + [("db.t", "r", Decimal(6), None, "b.2", 4, None, 6, None, "9", "x"),
-           ("db.t", "w", Decimal(6), None, "b.2", 4, None, 6, "b.1:90", None, None),
+        # chunk 6 was read on the server of a later epoch (after a failover): its _seq says so
+        + [("db.t", "r", Decimal(10**30 + 6), None, "b.2", 4, None, 6, None, "9", "x"),
+           ("db.t", "w", Decimal(10**30 + 6), None, "b.2", 4, None, 6, "b.1:90@1", None, None),
            ("db.t", "r", Decimal(7), None, "b.2", 9, None, 7, None, "10", "y")],
         bronze.flat_changes(schema))
     chunks = [5, 6, 7, 9]
     observed = bronze.append_chunks(bronze.typed_flat(changes, schema), location, chunks)
-    assert observed == [{"_chunk": 5, "hw_file": "b.1", "hw_pos": 40, "lw": "b.1:30", "rows": 3},
-                        {"_chunk": 6, "hw_file": "b.2", "hw_pos": 4, "lw": "b.1:90", "rows": 1},
-                        {"_chunk": 7, "hw_file": None, "hw_pos": None, "lw": None, "rows": 1},
-                        {"_chunk": 9, "hw_file": None, "hw_pos": None, "lw": None, "rows": 0}]
+    assert observed == [{"_chunk": 5, "hw_file": "b.1", "hw_pos": 40, "epoch": 0, "lw": "b.1:30", "rows": 3},
+                        {"_chunk": 6, "hw_file": "b.2", "hw_pos": 4, "epoch": 1, "lw": "b.1:90@1", "rows": 1},
+                        {"_chunk": 7, "hw_file": None, "hw_pos": None, "epoch": 0, "lw": None, "rows": 1},
+                        {"_chunk": 9, "hw_file": None, "hw_pos": None, "epoch": 0, "lw": None, "rows": 0}]
     assert bronze.chunk_marks(spark, location, chunks) == observed
     history = DeltaTable.forPath(spark, location).history().collect()
     assert history[0]["operation"] == "WRITE" and history[0]["operationParameters"]["mode"] == "Append"

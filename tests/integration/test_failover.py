@@ -104,15 +104,21 @@ def _config(path: Path, port: int, database: str, lake: Path) -> Path:
     return path
 
 
+def _seeded(primary: DevDb, replica: DevDb, database: str, rows: int) -> tuple[int, int]:
+    """The table made on the primary and copied to the replica; the two ports."""
+    p, r = primary.running_port(), replica.running_port()
+    assert p is not None and r is not None
+    _sql(p, f"CREATE DATABASE {database}")
+    create_table(p, database, rows)
+    _wait("the replica to copy the table", lambda: _holds_all(primary.server, r, p))
+    return p, r
+
+
 def test_failover_to_a_promoted_replica_with_writers(pair: tuple[DevDb, DevDb], spark: Any, tmp_path: Path) -> None:
     primary, replica = pair
     server = primary.server
-    p, r = primary.running_port(), replica.running_port()
-    assert p is not None and r is not None
     database = "failover"
-    _sql(p, f"CREATE DATABASE {database}")
-    create_table(p, database, ROWS)
-    _wait("the replica to copy the table", lambda: _holds_all(server, r, p))
+    p, r = _seeded(primary, replica, database, ROWS)
     with Proxy(p) as proxy:
         cfg = _config(tmp_path / "binlake.yml", proxy.port, database, tmp_path / "lake")
         target = Target.of(load(cfg))
@@ -168,12 +174,8 @@ def test_a_replica_behind_is_refused(pair: tuple[DevDb, DevDb], spark: Any, tmp_
     switch it waits for the replica, then refuses in one line; nothing is read from it."""
     primary, replica = pair
     server = primary.server
-    p, r = primary.running_port(), replica.running_port()
-    assert p is not None and r is not None
     database = "behind"
-    _sql(p, f"CREATE DATABASE {database}")
-    create_table(p, database, 500)
-    _wait("the replica to copy the table", lambda: _holds_all(server, r, p))
+    p, r = _seeded(primary, replica, database, 500)
     _sql(r, "STOP SLAVE" if server == "mariadb" else "STOP REPLICA")
     _sql(p, "UPDATE t SET k = k + 1 WHERE id <= 100", database=database)
     cfg = _config(tmp_path / "binlake.yml", p, database, tmp_path / "lake")

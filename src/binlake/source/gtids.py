@@ -12,6 +12,7 @@ Both are plain JSON, stored with the stream's start (`binlake.startup`).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from binlake.errors import ConfigError
@@ -186,12 +187,28 @@ def lacking(state: str, server: str) -> tuple[str, bool]:
     return format_mysql(missing), all(key in have for key in missing)
 
 
+def binlog_events(conn: Any, file: str, pos: int = 4, page: int = 5000) -> Iterator[tuple[Any, ...]]:
+    """The events of binlog `file` from `pos` as SHOW BINLOG EVENTS lists them (Log_name, Pos,
+    Event_type, Server_id, End_log_pos, Info), a page at a time: no replication connection."""
+    while True:
+        with conn.cursor() as cur:
+            cur.execute(f"SHOW BINLOG EVENTS IN '{file}' FROM {int(pos)} LIMIT {int(page)}")
+            rows = cur.fetchall()
+        yield from rows
+        if len(rows) < page:
+            return
+        pos = int(rows[-1][4])  # End_log_pos of the last event: where the next one starts
+
+
+def file_state(conn: Any, file: str) -> str:
+    """The GTID state written before binlog `file`, as its header event gives it: MySQL's
+    Previous_gtids (a GTID set), MariaDB's Gtid_list (the last GTID per domain)."""
+    for row in binlog_events(conn, file, page=4):
+        if row[2] in ("Previous_gtids", "Gtid_list"):
+            return str(row[5]).strip("[]")
+    return ""
+
+
 def previous_gtids(conn: Any, file: str) -> dict[str, Intervals]:
     """The GTID set written before binlog `file` (its Previous_gtids event; MySQL)."""
-    with conn.cursor() as cur:
-        cur.execute(f"SHOW BINLOG EVENTS IN '{file}' LIMIT 4")
-        rows = cur.fetchall()
-    for row in rows:
-        if row[2] == "Previous_gtids":
-            return parse_mysql(str(row[5])) or {}
-    return {}
+    return parse_mysql(file_state(conn, file)) or {}

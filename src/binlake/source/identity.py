@@ -80,17 +80,19 @@ def identify(conn: Any) -> tuple[ServerIdentity, float]:
     return identity, time.time() - uptime
 
 
-def file_created(params: dict[str, Any], server_id: int, file: str) -> int | None:
+def file_created(params: dict[str, Any], file: str) -> int | None:
     """When binlog `file` was created: the timestamp of its Format_description event; None when the
     server does not have the file. Read over a replication connection (the statement form, SHOW BINLOG
-    EVENTS, leaves the timestamp out)."""
+    EVENTS, leaves the timestamp out) with server id 0, as mysqlbinlog reads: a non-blocking dump under
+    id 0 is not a replica, and never takes the place of a reader using a real id (both servers end
+    another dump of the same id only for a nonzero one)."""
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import FormatDescriptionEvent
 
     from binlake.source.connection import settings
 
     stream = BinLogStreamReader(
-        connection_settings=settings(params), server_id=server_id, log_file=file, log_pos=4, resume_stream=True,
+        connection_settings=settings(params), server_id=0, log_file=file, log_pos=4, resume_stream=True,
         blocking=False, only_events=[FormatDescriptionEvent], is_mariadb=False, enable_logging=False,
     )
     try:
@@ -133,7 +135,7 @@ def moved(conn: Any, identity: ServerIdentity, started: float | None) -> bool:
     return not identity.same(now) or (started is not None and abs(since - started) > RESTART_SLACK)
 
 
-def verify(conn: Any, params: dict[str, Any], server_id: int, anchor: Anchor) -> None:
+def verify(conn: Any, params: dict[str, Any], anchor: Anchor) -> None:
     """Raise SourceChangedError unless the server behind `conn` holds the history up to `anchor`. A
     file older than the server's oldest passes: that is a purge, which the caller reports as such."""
     now, _ = identify(conn)
@@ -153,7 +155,7 @@ def verify(conn: Any, params: dict[str, Any], server_id: int, anchor: Anchor) ->
         raise SourceChangedError(changed_message(
             anchor, f"its {file} is {sizes[file]} bytes, shorter than the position (restored from an older backup?)"))
     if anchor.created is not None:
-        created = file_created(params, server_id, file)
+        created = file_created(params, file)
         if created is not None and created != anchor.created:
             raise SourceChangedError(changed_message(
                 anchor, f"its {file} was created {_when(created)}: a new binlog under the same name"))
@@ -189,11 +191,11 @@ class Lineage:
             position, created = BinlogPosition.from_dict(self.failover["start"]), None
         return Anchor(position, self.identity, created if created is not None else self.files.get(position.file))
 
-    def note(self, params: dict[str, Any], server_id: int, files: list[str]) -> bool:
+    def note(self, params: dict[str, Any], files: list[str]) -> bool:
         """Record the creation time of `files` not recorded yet; whether any was."""
         added = False
         for file in sorted(set(files) - set(self.files), key=file_index):
-            created = file_created(params, server_id, file)
+            created = file_created(params, file)
             if created is not None:
                 self.files[file] = created
                 added = True
@@ -223,8 +225,8 @@ class Watch:
     At the first look, on a new identity and after a restart, the whole history up to the last
     committed position (`verify`); each position handed out carries its file's creation time."""
 
-    def __init__(self, params: dict[str, Any], server_id: int, lineage: Lineage, start: BinlogPosition) -> None:
-        self.params, self.server_id, self.lineage = params, server_id, lineage
+    def __init__(self, params: dict[str, Any], lineage: Lineage, start: BinlogPosition) -> None:
+        self.params, self.lineage = params, lineage
         self.committed = lineage.anchor(start)
         self.started: float | None = None
 
@@ -235,7 +237,7 @@ class Watch:
         now, started = identify(conn)
         restarted = self.started is not None and abs(started - self.started) > RESTART_SLACK
         if self.started is None or restarted or not self.lineage.identity.same(now):
-            verify(conn, self.params, self.server_id, self.committed)
+            verify(conn, self.params, self.committed)
             # the history up to the committed position is the same; files after it may be new (a crash
             # can lose a tail that was written but never synced, and so never served)
             upto = file_index(self.committed.position.file)
@@ -244,7 +246,7 @@ class Watch:
             self.started = started  # kept while the server runs: `now - Uptime` wobbles by a second
         created = self.lineage.files.get(head.file)
         if created is None:
-            created = file_created(self.params, self.server_id, head.file)
+            created = file_created(self.params, head.file)
             if created is not None:
                 self.lineage.files[head.file] = created
         # the server's start time goes with the position: a reader meeting another (binlake.spark.sources)

@@ -183,7 +183,7 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.source.identity import Lineage, Watch
 
         if self.watch is None:
-            self.watch = Watch(params, int(self.job["server_id"]), Lineage.from_dict(self.job["lineage"]),
+            self.watch = Watch(params, Lineage.from_dict(self.job["lineage"]),
                                BinlogPosition.from_dict(self.job["start"]))
         return self.watch
 
@@ -299,7 +299,7 @@ class BinlogReader(DataSourceStreamReader):
         anchor = Lineage.from_dict(self.job["lineage"]).anchor(BinlogPosition.from_dict(start), start.get("created"))
         conn = connect(params)
         try:
-            verify(conn, params, int(self.job["server_id"]), anchor)
+            verify(conn, params, anchor)
         finally:
             conn.close()
 

@@ -288,17 +288,22 @@ def _gtid_record(ctx: Context, start: BinlogPosition) -> Any:
     """The GTID record (binlake.failover), holding the state at the position the stream reads on from:
     read from the server when it does not (the stream's first start, or a target from before it)."""
     from binlake.failover import GtidRecord, state_at
+    from binlake.reconnect import retrying
     from binlake.source.connection import connect
     from binlake.source.dialect import Dialect
 
     record = GtidRecord(ctx.target.gtid_record)
     position = committed_offset(ctx.target.checkpoint) or start
     if record.at(position) is None and position.epoch == ctx.lineage().epoch:
-        conn = connect(ctx.params)
-        try:
-            record.put(position, *state_at(conn, Dialect.of(conn), position))
-        finally:
-            conn.close()
+        def read() -> tuple[str, bool]:
+            conn = connect(ctx.params)
+            try:
+                return state_at(conn, Dialect.of(conn), position)
+            finally:
+                conn.close()
+
+        record.put(position, *retrying(ctx.params, float(ctx.cfg.get("source.reconnect-timeout")),
+                                       "reading the GTID state", read))
     return record
 
 
