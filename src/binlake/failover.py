@@ -36,14 +36,13 @@ from typing import Any
 from binlake.errors import SourceChangedError
 from binlake.offsets import BinlogPosition
 from binlake.source.dialect import Dialect, binlog_files, binlog_head
-from binlake.source.gtids import (advance, binlog_events, covers, file_state, format_mysql, lacking,
-                                  last_per_domain, merged, parse_mysql, previous_gtids, server_state)
+from binlake.source.gtids import (GTID_NEXT, advance, binlog_events, covered_file, file_state, format_mysql,
+                                  lacking, last_per_domain, merged, parse_mysql, previous_gtids, server_state)
 from binlake.source.identity import Anchor, changed_message
 
 log = logging.getLogger(__name__)
 
 KEEP = 4  # states kept: the committed position's, and those of batches read but not yet committed
-_GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'", re.I)
 _MARIADB_GTID = re.compile(r"\b(\d+-\d+-\d+)\b")
 
 
@@ -106,7 +105,7 @@ def state_at(conn: Any, dialect: Dialect, position: BinlogPosition) -> tuple[str
         if kind == "Anonymous_Gtid":
             complete = False
         elif kind.startswith("Gtid"):
-            found = _GTID_NEXT.search(str(row[5]))
+            found = GTID_NEXT.search(str(row[5]))
             if found:
                 key, _, n = found.group(1).rpartition(":")
                 seen.setdefault(key.lower(), []).append([int(n), int(n)])
@@ -144,10 +143,9 @@ def start_on(conn: Any, dialect: Dialect, anchor: Anchor, state: str, patience: 
                 f"read ({state}) under the same GTIDs: not a server of the same replication topology, or those "
                 "binlogs are purged"))
         return found
-    had = parse_mysql(state) or {}
-    for file in reversed(binlog_files(conn)):
-        if covers(had, previous_gtids(conn, file)):
-            return BinlogPosition(file, 4)
+    found_file = covered_file(conn, binlog_files(conn), parse_mysql(state) or {})
+    if found_file is not None:
+        return BinlogPosition(found_file, 4)
     raise SourceChangedError(changed_message(
         anchor, f"the server is now {_name(conn)}, which has purged binlogs holding transactions binlake has not "
         "read yet"))

@@ -34,8 +34,8 @@ from binlake.config import Config
 from binlake.source.dialect import Dialect
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogPosition
-from binlake.source.gtids import (binlog_events, contains, covers, file_state, is_mysql_state, parse_mariadb,
-                                  parse_mysql, previous_gtids)
+from binlake.source.gtids import (binlog_events, contains, covered_file, file_state, is_mysql_state,
+                                  parse_mariadb, parse_mysql, previous_gtids)
 
 __all__ = ["contains", "parse_position", "resolve", "validate"]
 
@@ -193,9 +193,9 @@ def mysql_gtid_start(conn: Any, applied: dict[str, list[list[int]]], text: str) 
     from binlake.source.dialect import binlog_files
 
     files = binlog_files(conn)
-    for file in reversed(files):
-        if covers(applied, previous_gtids(conn, file)):
-            return BinlogPosition(file, 4)
+    found = covered_file(conn, files, applied)
+    if found is not None:
+        return BinlogPosition(found, 4)
     raise ConfigError(
         f"stream.startup-position {text} lacks transactions of the oldest binlog file on the server ({files[0]} "
         f"comes after {previous_gtids(conn, files[0])}): they are purged; binlake cannot start there without "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -32,7 +31,7 @@ from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_ta
 from binlake.source import binlog_types
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
 from binlake.source.dialect import purged
-from binlake.source.gtids import Seen
+from binlake.source.gtids import GTID_NEXT, Seen
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +380,6 @@ def _rows(event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder) ->
 
 ANONYMOUS_GTID_LOG_EVENT = 34  # MySQL with gtid_mode OFF: a transaction without a GTID
 GTID_TAGGED_LOG_EVENT = 42  # MySQL 8.4+: a GTID with a tag, `uuid:tag:n`, which mysql-replication does not decode
-_GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'", re.I)
 
 
 class TaggedGtids:
@@ -399,7 +397,7 @@ class TaggedGtids:
         with self.conn.cursor() as cur:
             cur.execute(f"SHOW BINLOG EVENTS IN '{at.file}' FROM {int(at.pos)} LIMIT 1")
             row = cur.fetchone()
-        found = _GTID_NEXT.search(str(row[5])) if row else None
+        found = GTID_NEXT.search(str(row[5])) if row else None
         return found.group(1) if found else None
 
     def close(self) -> None:

@@ -212,3 +212,14 @@ def file_state(conn: Any, file: str) -> str:
 def previous_gtids(conn: Any, file: str) -> dict[str, Intervals]:
     """The GTID set written before binlog `file` (its Previous_gtids event; MySQL)."""
     return parse_mysql(file_state(conn, file)) or {}
+
+
+# how SHOW BINLOG EVENTS prints a MySQL GTID event (tagged or not): SET @@SESSION.GTID_NEXT= 'uuid:n'
+GTID_NEXT = re.compile(r"GTID_NEXT\s*=\s*'([^']+)'", re.I)
+
+
+def covered_file(conn: Any, files: list[str], had: dict[str, Intervals]) -> str | None:
+    """The newest of `files` whose earlier transactions (Previous_gtids) are all in the MySQL GTID set
+    `had`: every transaction the set lacks is at or after its start. None when even the oldest's are
+    not (they are purged)."""
+    return next((file for file in reversed(files) if covers(had, previous_gtids(conn, file))), None)
