@@ -3,7 +3,7 @@
 setup:
 	@bash scripts/setup.sh
 
-# every test on MariaDB, the fast ones on MySQL too (tests/conftest.py says why), in two processes
+# every test on both servers, the slow ones on one a day (tests/conftest.py says why), in two processes
 # (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests

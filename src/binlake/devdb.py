@@ -195,9 +195,16 @@ class DevDb:
         if done.returncode != 0:
             raise RuntimeFailure(f"mysqld --initialize-insecure failed in {self.datadir}: {done.stderr.strip()[-400:]}")
 
+    @property
+    def tmp_path(self) -> Path:
+        """The server's own temporary folder: servers sharing /tmp clash on the names of their temporary tables."""
+        return self.datadir.with_name(self.datadir.name + ".tmp")
+
     def _command(self, port: int, log: Path) -> list[str]:
+        self.tmp_path.mkdir(parents=True, exist_ok=True)
         common = [
-            f"--socket={self.socket_path}", f"--pid-file={self.pid_path}", f"--port={port}",
+            f"--socket={self.socket_path}", f"--tmpdir={self.tmp_path}", f"--pid-file={self.pid_path}",
+            f"--port={port}",
             "--bind-address=127.0.0.1", f"--server-id={self.server_id}", "--skip-name-resolve",
             f"--log-error={log}", "--innodb-buffer-pool-size=512M", "--max-allowed-packet=1G",
             "--max-connections=500", "--character-set-server=utf8mb4",

@@ -114,6 +114,7 @@ def _seeded(primary: DevDb, replica: DevDb, database: str, rows: int) -> tuple[i
     return p, r
 
 
+@pytest.mark.slow
 def test_failover_to_a_promoted_replica_with_writers(pair: tuple[DevDb, DevDb], spark: Any, tmp_path: Path) -> None:
     primary, replica = pair
     server = primary.server

@@ -99,6 +99,7 @@ def _one_line_refusal(stderr: str) -> None:
     assert "Traceback" not in stderr and "\tat " not in stderr, stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server", SERVERS)
 def test_replaced_data_directory_is_refused_then_resnapshotted(server: str, spark: Any, tmp_path: Path) -> None:
     old = DevDb(datadir=tmp_path / "old", server=server, server_id=71)
