@@ -51,10 +51,11 @@ seen=$(batches)
 advanced() { [ "$(batches)" -gt "$seen" ]; }
 wait_for 120 advanced
 sleep 3
-# SIGTERM to the CLI alone: it stops the stream between micro-batches (signalling the whole group
-# races the JVM's shutdown hook against that stop)
-kill -TERM "$run_pid" 2>/dev/null || true
+# SIGTERM to the run's process group, as systemd or `kill -TERM -PGID` stop a job: binlake lets the
+# micro-batch in flight commit, says where it stopped, and exits 0
+kill -TERM -- -"$run_pid" 2>/dev/null || true
 wait "$run_pid" 2>/dev/null || true
+grep '^binlake: stopped' "$log" || { echo "demo: binlake run did not stop cleanly; see $log" >&2; exit 1; }
 trap - EXIT
 
 .venv/bin/python scripts/show_silver.py -c "$cfg"

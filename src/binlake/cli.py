@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable
 
 from binlake import config as config_mod
-from binlake.errors import BinlakeError, raised_in_spark
+from binlake import stop
+from binlake.errors import BinlakeError, Stopped, raised_in_spark
 
 log = logging.getLogger("binlake")
 
@@ -70,6 +71,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from binlake.pipeline import plan
 
+    stop.install()
     plan(_load(args))
     return 0
 
@@ -77,6 +79,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from binlake.pipeline import plan, snapshot
 
+    stop.install()
     cfg = _load(args)
     plan(cfg)
     snapshot(cfg)
@@ -86,6 +89,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_stream(args: argparse.Namespace) -> int:
     from binlake.pipeline import stream
 
+    stop.install()
     stream(_load(args), until_caught_up=args.until_caught_up)
     return 0
 
@@ -93,6 +97,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from binlake.pipeline import run
 
+    stop.install()
     run(_load(args), until_caught_up=args.until_caught_up)
     return 0
 
@@ -200,5 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"binlake: {raised.message}", file=sys.stderr)
         return raised.exit_code
+    except Stopped as stopped:  # binlake.stop: SIGTERM or Ctrl-C during run, stream, snapshot, plan
+        print(f"binlake: {stopped.message}", file=sys.stderr)
+        return stopped.exit_code
     except KeyboardInterrupt:
         return 130

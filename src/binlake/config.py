@@ -60,6 +60,7 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 ON_PURGED = ("fail", "resnapshot")
+TYPE_CHANGES = ("rewrite", "widen")
 ON_SOURCE_CHANGE = ("fail", "resnapshot")
 SCHEMA_CHANGES = ("evolve", "lenient", "ignore", "fail")
 STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
@@ -97,6 +98,12 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
         "path": (_str, "./lake", "local warehouse root"),
         "catalog": (_opt_str, None, "Unity Catalog catalog (Databricks)"),
         "schema": (_opt_str, None, "Unity Catalog schema (Databricks)"),
+        "type-changes": (_choice(*TYPE_CHANGES), "rewrite",
+                         "a captured column's type widens (INT to BIGINT, FLOAT to DOUBLE, a wider DECIMAL): "
+                         "`rewrite` the table's files at the new type, so every common Delta reader still reads "
+                         "it (a rewrite of the whole table, bronze and silver, at each such change), or `widen` "
+                         "with Delta's type widening (metadata only, but delta-rs, Polars and DuckDB cannot "
+                         "read the table afterwards)"),
     },
     "snapshot": {
         "chunk-size": (_int, 8096, "rows per chunk"),

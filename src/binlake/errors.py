@@ -14,6 +14,9 @@ BinlakeError
     └── NewTableError      a table created while streaming now matches source.tables (the stream
                            snapshots it and restarts; the error escapes only where it cannot)
 
+Stopped is apart: a requested stop (SIGTERM, Ctrl-C; `binlake.stop`), exit code 0. It derives from
+BaseException, as KeyboardInterrupt does, so that no `except Exception` of a retry loop swallows it.
+
 Every message is one line that names the setting, the value found, the value needed and the fix.
 Exceptions keep their message through pickling, because errors raised on Spark executors reach the
 driver as text.
@@ -81,6 +84,19 @@ class NewTableError(RuntimeFailure):
 
 class NotBuiltError(BinlakeError):
     exit_code = 2
+
+
+class Stopped(BaseException):
+    """A requested stop: its message says where binlake stopped (`stopped at <position>`)."""
+
+    exit_code = 0
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 _RAISED = re.compile(r"binlake\.errors\.(\w+): (.+)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import decimal
 import functools
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -27,6 +27,9 @@ from binlake.evolution import Policy, Version
 from binlake.schema import Column, TableSchema
 
 log = logging.getLogger(__name__)
+
+TypeChanges = Literal["rewrite", "widen"]
+TYPE_WIDENING = "typeWidening"
 
 
 def silver_columns(policy: Policy, versions: list[Version]) -> TableSchema:
@@ -73,10 +76,15 @@ def _table(location: str) -> str:
 
 
 def align(spark: SparkSession, location: str, wanted: list[T.StructField], renames: list[tuple[str, str]],
-          drop: bool, what: str) -> None:
+          drop: bool, what: str, type_changes: TypeChanges = "rewrite") -> None:
     """Alter the Delta table at `location` to hold `wanted` columns: renames first (old -> new, while
     the old is there and the new is not), then added columns, widened types, and with `drop` the
-    columns no longer wanted. Each statement checks the table's schema first, so re-running is a no-op."""
+    columns no longer wanted. Each statement checks the table's schema first, so re-running is a no-op.
+
+    A type widens with Delta's type widening, a change of metadata; with `type_changes` `rewrite` the
+    table then drops that feature, which rewrites the files written at the old type, so that readers
+    without type widening (delta-rs, Polars, DuckDB) still read the table. The drop is checked on
+    its own, so a crash between the two is mended by the replay."""
     def fields() -> dict[str, T.DataType]:
         return {f.name: f.dataType for f in spark.read.format("delta").load(location).schema.fields}
 
@@ -106,6 +114,15 @@ def align(spark: SparkSession, location: str, wanted: list[T.StructField], renam
         gone = [n for n in have if not n.startswith("_") and n not in {f.name for f in wanted}]
         if gone:
             spark.sql(f"ALTER TABLE {_table(location)} DROP COLUMNS ({', '.join(bronze.sql_name(n) for n in gone)})")
+    if type_changes == "rewrite" and TYPE_WIDENING in features(spark, location):
+        log.warning("%s: rewriting %s at its columns' new types (target.type-changes: rewrite)", what, location)
+        spark.sql(f"ALTER TABLE {_table(location)} DROP FEATURE {TYPE_WIDENING}")
+
+
+def features(spark: SparkSession, location: str) -> list[str]:
+    """The table features of the Delta table at `location`."""
+    detail = spark.sql(f"DESCRIBE DETAIL {_table(location)}").select("tableFeatures").first()
+    return list(detail["tableFeatures"] or []) if detail is not None else []
 
 
 def value(column: Column, text: str | None) -> Any:
@@ -116,7 +133,8 @@ def value(column: Column, text: str | None) -> Any:
 
 
 def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], new: list[Version], policy: Policy,
-                bronze_at: str, silver_at: str, app_id: str, batch_id: int, oldest: Any) -> None:
+                bronze_at: str, silver_at: str, app_id: str, batch_id: int, oldest: Any,
+                type_changes: TypeChanges = "rewrite") -> None:
     """`rows`: one table's change rows of a micro-batch (`bronze.CHANGES`), markers included; `history`:
     its versions up to the batch's end, `new` the ones this batch marks (both in order)."""
     base = history[len(history) - len(new) - 1] if new else history[-1]
@@ -126,7 +144,7 @@ def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], ne
     for schema, _ in stretches:
         for f in bronze.column_types(schema):
             latest[f.name] = f
-    align(spark, bronze_at, list(latest.values()), [], False, base.schema.name)
+    align(spark, bronze_at, list(latest.values()), [], False, base.schema.name, type_changes)
     parts = [typed.select(*[F.col(bronze.sql_name(c)).cast(latest[c].dataType).alias(c) for c in schema.names],
                           *[F.col(f.name) for f in bronze.META_FIELDS])
              for schema, typed in stretches]
@@ -140,7 +158,7 @@ def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], ne
     target = silver_columns(policy, history)
     evolve = policy in ("evolve", "fail")
     renames = [(o, n) for v in history for o, n in v.renames.items()] if evolve else []
-    align(spark, silver_at, bronze.column_types(target), renames, evolve, target.name)
+    align(spark, silver_at, bronze.column_types(target), renames, evolve, target.name, type_changes)
     follow = [] if policy == "ignore" else new
     # a TRUNCATE empties silver of every row before it; the batch's rows before it are gone too
     first = max((i + 1 for i, v in enumerate(follow) if v.kind == "truncate"), default=0)

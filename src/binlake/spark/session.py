@@ -58,7 +58,10 @@ def submit_args(java: str) -> str:
 def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | None = None):  # type: ignore[no-untyped-def]
     """The active session if there is one (Databricks, tests), else a local one with Delta, whose
     Spark errors go to `log_file` (binlake reports each failure in one line)."""
+    from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
+
+    from binlake.spark import jvm
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -71,27 +74,26 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
         os.environ["BINLAKE_SPARK_LOG"] = str(log_file)
     # py4j logs a foreachBatch function's exception with its traceback; binlake reports it in one line
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-    builder = (
-        SparkSession.builder.master(f"local[{max(1, parallelism)}]")
-        .appName(app_name)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.shuffle.partitions", str(max(2, parallelism)))
-        .config("spark.default.parallelism", str(max(2, parallelism)))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", os.environ.get("BINLAKE_DRIVER_MEMORY", "2g"))
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+    conf = SparkConf().setMaster(f"local[{max(1, parallelism)}]").setAppName(app_name).setAll([
+        ("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"),
+        ("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"),
+        ("spark.sql.shuffle.partitions", str(max(2, parallelism))),
+        ("spark.default.parallelism", str(max(2, parallelism))),
+        ("spark.ui.enabled", "false"),
+        ("spark.ui.showConsoleProgress", "false"),
+        ("spark.sql.session.timeZone", "UTC"),
+        ("spark.driver.memory", os.environ.get("BINLAKE_DRIVER_MEMORY", "2g")),
+        ("spark.databricks.delta.snapshotPartitions", "2"),
+        ("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false"),
+        ("spark.sql.execution.arrow.pyspark.enabled", "true"),
+        ("spark.python.worker.reuse", "true"),
+        ("spark.sql.streaming.stopGracefullyOnShutdown", "true"),
         # the Python side's connection to a JVM result socket; 15 s is too short on a loaded machine
-        .config("spark.python.authenticate.socketTimeout", "120s")
-    )
+        ("spark.python.authenticate.socketTimeout", "120s"),
+    ])
     if delta_jars()[0] not in os.environ["PYSPARK_SUBMIT_ARGS"]:  # the caller's own arguments
-        builder = builder.config("spark.jars", ",".join(delta_jars()))
-    spark = builder.getOrCreate()
+        conf.set("spark.jars", ",".join(delta_jars()))
+    SparkContext(conf=conf, gateway=jvm.launch(conf))
+    spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

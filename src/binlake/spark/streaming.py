@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from binlake import bronze, faults, silver
+from binlake import bronze, faults, silver, stop
 from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
 from binlake.evolution import Version
 from binlake.offsets import BinlogPosition
@@ -231,36 +230,28 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     reader = reader.observe(PROGRESS_METRICS, F.count_if(F.col("_op") != "g").alias("changes"),
                             F.max("_ts").alias("last_event_ts"), F.min("_ts").alias("first_event_ts"))
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
-    if until_caught_up:
-        # Not Trigger.AvailableNow: after a crash it replays the pending batch and stops there.
-        # The source offers nothing past `target` (the head now), so once a batch ending there is
-        # committed no other batch can start, and stopping cannot cut one short.
-        assert target is not None
-        query = writer.trigger(processingTime="0 seconds").start()
-        while query.isActive:
-            done = committed_offset(checkpoint)
-            if (done is not None and done >= target) or start >= target:
-                break
-            _await(query, 0.2)
-        if query.isActive:
-            query.stop()
-        _await(query)
-        return
-    query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
-    stop = {"asked": False}
+    def stopped_at() -> str:
+        return f"stopped at {committed_offset(checkpoint) or start}"
 
-    def ask_stop(signum: int, frame: Any) -> None:
-        stop["asked"] = True
-
-    old = signal.signal(signal.SIGTERM, ask_stop)
-    try:
-        while query.isActive and not stop["asked"]:
-            _await(query, 1)
-        if stop["asked"]:
-            _stop_between_batches(query)
-    finally:
-        signal.signal(signal.SIGTERM, old)
-    _await(query)
+    with stop.between_batches(stopped_at):
+        if until_caught_up:
+            # Not Trigger.AvailableNow: after a crash it replays the pending batch and stops there.
+            # The source offers nothing past `target` (the head now), so once a batch ending there is
+            # committed no other batch can start, and stopping cannot cut one short.
+            assert target is not None
+            query = writer.trigger(processingTime="0 seconds").start()
+            while query.isActive and not stop.asked():
+                done = committed_offset(checkpoint)
+                if (done is not None and done >= target) or start >= target:
+                    break
+                _await(query, 0.2)
+        else:
+            query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
+            while query.isActive and not stop.asked():
+                _await(query, 1)
+        _stop_between_batches(query)
+        if stop.asked():
+            raise stop.stopped()
 
 
 def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Version]], policy: Any, app_id: str,
@@ -281,7 +272,7 @@ def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Versio
             log.warning("%s: schema %s at binlog %s%s", name, "truncated" if v.kind == "truncate" else "changed",
                         v.at, f" (renamed {v.renames})" if v.renames else "")
     apply_batch(ctx.session(), rows, history[name], new, policy, ctx.target.bronze(name).location,
-                ctx.target.silver(name).location, app_id, batch_id, oldest)
+                ctx.target.silver(name).location, app_id, batch_id, oldest, ctx.cfg.get("target.type-changes"))
 
 
 def _gtid_record(ctx: Context, start: BinlogPosition) -> Any:
@@ -337,6 +328,8 @@ def _await(query: Any, timeout: float | None = None) -> None:
         else:
             query.awaitTermination(timeout)
     except StreamingQueryException as exc:
+        if stop.asked():  # the stop reached Spark too (systemd stops every process of a service)
+            raise stop.stopped() from None
         raised = raised_in_spark(exc)
         if raised is not None:
             raise raised from None

@@ -1,0 +1,116 @@
+"""The local JVM Spark runs in: launched in a session of its own, ended with binlake, its start-up
+noise dropped.
+
+pyspark starts the JVM in binlake's own process group. A stop sent to that group (`kill -TERM
+-PGID`, tini `-g`, a shell's job control) then reaches the JVM too, which shuts Spark down under the
+micro-batch in flight: the stream ends with a failure instead of the clean stop binlake does on its
+own SIGTERM (`binlake.stop`). Here the JVM leads a session of its own, so a signal reaches binlake
+alone, and it dies with binlake's main thread (`PR_SET_PDEATHSIG`), so a kill -9 of binlake (or of
+its group) still takes the JVM along at once, as a crash would -- it does not finish the write it was
+in. At a normal exit the JVM ends first, by itself. The JVM's stderr passes through a filter that drops the lines Java and Spark print at every start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+# printed by Java and Spark at every start; they say nothing to a binlake user
+START_UP_LINES = (b"WARNING: Using incubator modules:", b"Setting default log level to",
+                  b"To adjust logging level use sc.setLogLevel")
+_PR_SET_PDEATHSIG = 1
+# how long binlake's exit waits for the JVM to end by itself
+END_SECONDS = 10
+_exiting = threading.Event()
+
+
+def launch(conf: Any) -> Any:
+    """A py4j gateway to a new local JVM started with `conf` (a SparkConf), as pyspark's
+    `launch_gateway` starts one, for `SparkContext(gateway=...)`."""
+    from pyspark.find_spark_home import _find_spark_home
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.serializers import UTF8Deserializer, read_int
+
+    command = [os.path.join(_find_spark_home(), "bin", "spark-submit")]
+    for key, value in conf.getAll():
+        command += ["--conf", f"{key}={value}"]
+    command += shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    with tempfile.TemporaryDirectory() as folder:
+        info = Path(folder) / "gateway"  # the JVM writes its port and secret here once it listens
+        env = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info)}
+        # stdin: the JVM exits when it reads EOF there, that is when binlake is gone
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True, preexec_fn=_child_setup())
+        while proc.poll() is None and not info.is_file():
+            time.sleep(0.1)
+        if not info.is_file():
+            raise RuntimeError(f"the Spark JVM ended (exit code {proc.returncode}) before it listened: "
+                               f"{proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}")
+        with open(info, "rb") as f:
+            port, secret = read_int(f), UTF8Deserializer().loads(f)
+    threading.Thread(target=_forward, args=(proc.stderr,), name="jvm-stderr", daemon=True).start()
+    # pyspark connects to a JVM already running when these are set (and imports its classes)
+    os.environ["PYSPARK_GATEWAY_PORT"], os.environ["PYSPARK_GATEWAY_SECRET"] = str(port), secret
+    try:
+        gateway = launch_gateway(conf)
+    finally:
+        del os.environ["PYSPARK_GATEWAY_PORT"], os.environ["PYSPARK_GATEWAY_SECRET"]
+    gateway.proc = proc
+    atexit.register(_end, proc)
+    return gateway
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """At binlake's exit: Spark stops (its accumulator server first, which else reports the JVM's end
+    as an error), then EOF on the JVM's stdin ends the JVM as pyspark's own JVM ends, through its
+    shutdown hooks (Spark removes its scratch folders). What is not done in time is killed with
+    binlake. A stop in a thread: a call into the JVM that a stop interrupted may hang."""
+    from pyspark import SparkContext
+
+    _exiting.set()
+    context = SparkContext._active_spark_context
+    if context is not None:
+        stopping = threading.Thread(target=context.stop, name="spark-stop", daemon=True)
+        stopping.start()
+        stopping.join(END_SECONDS)
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=END_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _child_setup() -> Any:
+    """What the JVM's process does before it execs: ignore Ctrl-C (as pyspark has it), and die with
+    the thread that started it, when that is binlake's main thread (another thread may end first)."""
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    bound = libc is not None and threading.current_thread() is threading.main_thread()
+
+    def setup() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if bound:
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return setup
+
+
+def _forward(stream: IO[bytes]) -> None:
+    """The JVM's stderr to binlake's, but for its start-up lines; once binlake exits, to the Spark log
+    (a JVM stopped under a running query prints that query's failure, which is no failure of binlake's)."""
+    for line in iter(stream.readline, b""):
+        if _exiting.is_set():
+            with open(os.environ.get("BINLAKE_SPARK_LOG", os.devnull), "ab") as log:
+                log.write(line)
+        elif not line.startswith(START_UP_LINES):
+            os.write(2, line)
