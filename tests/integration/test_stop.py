@@ -17,20 +17,13 @@ from typing import Any
 import pytest
 
 from binlake.config import load
-from binlake.spark.jvm import START_UP_LINES
 from binlake.spark.streaming import committed_offset
 from binlake.target import Target
 
 from .test_reconnect import running, wait_for
-from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
+from .workload import Writers, assert_quiet, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 
 STOPPED = re.compile(r"^binlake: stopped at (\S+:\d+)$", re.M)
-
-
-def _quiet(err: str) -> None:
-    """Nothing but binlake's own lines: no traceback, no Java frame, no Spark start-up line."""
-    assert "Traceback" not in err and "\tat " not in err and "Exception" not in err, err[-3000:]
-    assert not any(line.encode().startswith(START_UP_LINES) for line in err.splitlines()), err[-3000:]
 
 
 def _signal(run: Any, form: str) -> str:
@@ -49,7 +42,7 @@ def _signal(run: Any, form: str) -> str:
 def _caught_up_and_exact(cfg_path: Path, port: int, database: str, spark: Any) -> None:
     done = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
     assert done.returncode == 0, done.stderr[-3000:]
-    _quiet(done.stderr)
+    assert_quiet(done.stderr)
     target = Target.of(load(cfg_path))
     name = f"{database}.t"
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
@@ -81,7 +74,7 @@ def test_sigterm_while_streaming_under_writers(dev_db: Any, database: str, spark
     assert len(stopped) == 1, err[-3000:]
     # the position said is the one the checkpoint holds: the next run goes on from there
     assert stopped[0] == str(committed_offset(target.checkpoint)), err[-3000:]
-    _quiet(err)
+    assert_quiet(err)
     _caught_up_and_exact(cfg_path, port, database, spark)
 
 
@@ -96,5 +89,5 @@ def test_sigterm_during_the_snapshot(dev_db: Any, database: str, spark: Any, tmp
         err = _signal(run, "group")
     assert committed_offset(target.checkpoint) is None  # it stopped before the stream began
     assert re.search(r"^binlake: stopped; the next run goes on where this one was$", err, re.M), err[-3000:]
-    _quiet(err)
+    assert_quiet(err)
     _caught_up_and_exact(cfg_path, port, database, spark)

@@ -185,3 +185,12 @@ def silver_rows(spark: Any, location: str) -> list[tuple[Any, ...]]:
 def bronze_duplicates(spark: Any, location: str) -> int:
     df = spark.read.format("delta").load(location).where("_op IN ('r','c','u','d')")
     return df.groupBy("id", "_seq", "_op").count().where("count > 1").count()
+
+
+def assert_quiet(err: str) -> None:
+    """binlake's output holds its own lines only: no Python traceback, no Java frame or exception, no
+    line Java or Spark print at start-up."""
+    from binlake.spark.jvm import START_UP_LINES
+
+    assert "Traceback" not in err and "\tat " not in err and "Exception" not in err, err[-3000:]
+    assert not any(line.encode().startswith(START_UP_LINES) for line in err.splitlines()), err[-3000:]

@@ -160,14 +160,16 @@ def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], ne
     renames = [(o, n) for v in history for o, n in v.renames.items()] if evolve else []
     align(spark, silver_at, bronze.column_types(target), renames, evolve, target.name, type_changes)
     follow = [] if policy == "ignore" else new
-    # a TRUNCATE empties silver of every row before it; the batch's rows before it are gone too
+    # A TRUNCATE empties silver of every row before it; the batch's rows before it are gone too. "Before"
+    # includes `_seq` equal to the change's: a snapshot row read at a high watermark that is the DDL's
+    # own position (nothing happened in between) was read before it, and no binlog row shares a DDL's _seq.
     first = max((i + 1 for i, v in enumerate(follow) if v.kind == "truncate"), default=0)
     if first:
-        _delta(spark, silver_at).delete(F.col("_seq") < _seq(follow[first - 1].seq))
+        _delta(spark, silver_at).delete(F.col("_seq") <= _seq(follow[first - 1].seq))
     for v in follow:
         for name, text in v.defaults.items():
             if text is not None and name in target.names:
-                (_delta(spark, silver_at).update(condition=(F.col("_seq") < _seq(v.seq)) & F.col(bronze.sql_name(name)).isNull(),
+                (_delta(spark, silver_at).update(condition=(F.col("_seq") <= _seq(v.seq)) & F.col(bronze.sql_name(name)).isNull(),
                                                  set={bronze.sql_name(name): value(target.column(name), text)}))
     lifted = [_lift(typed, i, [base, *new], target, policy) for i, (_, typed) in enumerate(stretches) if i >= first]
     if lifted:
