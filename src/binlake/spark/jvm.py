@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from binlake.errors import RuntimeFailure
+
 # printed by Java and Spark at every start; they say nothing to a binlake user
 START_UP_LINES = (b"WARNING: Using incubator modules:", b"Setting default log level to",
                   b"To adjust logging level use sc.setLogLevel")
@@ -51,14 +53,15 @@ def launch(conf: Any) -> Any:
         # stdin: the JVM exits when it reads EOF there, that is when binlake is gone
         proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, preexec_fn=_child_setup())
+        # read from the start: a JVM that fails to start may say more than a pipe holds
+        threading.Thread(target=_forward, args=(proc.stderr,), name="jvm-stderr", daemon=True).start()
         while proc.poll() is None and not info.is_file():
             time.sleep(0.1)
         if not info.is_file():
-            raise RuntimeError(f"the Spark JVM ended (exit code {proc.returncode}) before it listened: "
-                               f"{proc.stderr.read().decode(errors='replace')[-2000:] if proc.stderr else ''}")
+            raise RuntimeFailure(f"Spark's JVM ended (exit code {proc.returncode}) before it started; its "
+                                 "error is printed above: check that Java 17 is installed and run make setup")
         with open(info, "rb") as f:
             port, secret = read_int(f), UTF8Deserializer().loads(f)
-    threading.Thread(target=_forward, args=(proc.stderr,), name="jvm-stderr", daemon=True).start()
     # pyspark connects to a JVM already running when these are set (and imports its classes)
     os.environ["PYSPARK_GATEWAY_PORT"], os.environ["PYSPARK_GATEWAY_SECRET"] = str(port), secret
     try:
@@ -66,23 +69,30 @@ def launch(conf: Any) -> Any:
     finally:
         del os.environ["PYSPARK_GATEWAY_PORT"], os.environ["PYSPARK_GATEWAY_SECRET"]
     gateway.proc = proc
-    atexit.register(_end, proc)
+    atexit.register(_end, proc, gateway)
     return gateway
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
+def _end(proc: subprocess.Popen[bytes], gateway: Any) -> None:
     """At binlake's exit: Spark stops (its accumulator server first, which else reports the JVM's end
-    as an error), then EOF on the JVM's stdin ends the JVM as pyspark's own JVM ends, through its
-    shutdown hooks (Spark removes its scratch folders). What is not done in time is killed with
-    binlake. A stop in a thread: a call into the JVM that a stop interrupted may hang."""
+    as an error) and the py4j gateway closes (else Python objects finalized after the JVM's end still
+    call it, and py4j logs each failed call); then EOF on the JVM's stdin ends the JVM as pyspark's own
+    JVM ends, through its shutdown hooks (Spark removes its scratch folders). What is not done in time
+    is killed with binlake. The first steps run in a thread: a call into the JVM that a stop
+    interrupted may hang."""
     from pyspark import SparkContext
 
     _exiting.set()
-    context = SparkContext._active_spark_context
-    if context is not None:
-        stopping = threading.Thread(target=context.stop, name="spark-stop", daemon=True)
-        stopping.start()
-        stopping.join(END_SECONDS)
+
+    def close() -> None:
+        context = SparkContext._active_spark_context
+        if context is not None:
+            context.stop()
+        gateway.shutdown()
+
+    closing = threading.Thread(target=close, name="spark-stop", daemon=True)
+    closing.start()
+    closing.join(END_SECONDS)
     if proc.stdin is not None:
         proc.stdin.close()
     try:

@@ -93,7 +93,8 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     ])
     if delta_jars()[0] not in os.environ["PYSPARK_SUBMIT_ARGS"]:  # the caller's own arguments
         conf.set("spark.jars", ",".join(delta_jars()))
-    SparkContext(conf=conf, gateway=jvm.launch(conf))
+    # a JVM this process started before (a session stopped and built again) is used again, as pyspark does
+    SparkContext(conf=conf, gateway=SparkContext._gateway or jvm.launch(conf))
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
