@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from binlake import valuetypes
+from binlake import storage, valuetypes
 from binlake.offsets import EPOCH_FACTOR
 from binlake.schema import Column, TableSchema
 from binlake.target import CHECKPOINT_INTERVAL
@@ -125,6 +125,7 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> Non
     """Create bronze with column mapping by name: any source column name, spaces included, is valid."""
     from delta.tables import DeltaTable
 
+    storage.clear_uncommitted(location)
     if not DeltaTable.isDeltaTable(spark, location):
         (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
          .property("delta.columnMapping.mode", "name").property("delta.checkpointInterval", CHECKPOINT_INTERVAL)

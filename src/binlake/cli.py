@@ -210,3 +210,5 @@ def main(argv: list[str] | None = None) -> int:
         return stopped.exit_code
     except KeyboardInterrupt:
         return 130
+    finally:
+        stop.done()

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from binlake import faults
+from binlake import faults, storage
 from binlake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
 from binlake.schema import TableSchema
 from binlake.target import CHECKPOINT_INTERVAL
@@ -34,6 +34,7 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> Non
     column name, spaces included, is a valid column)."""
     from delta.tables import DeltaTable
 
+    storage.clear_uncommitted(location)
     if not DeltaTable.isDeltaTable(spark, location):
         (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
          .property("delta.enableDeletionVectors", "true").property("delta.columnMapping.mode", "name")

@@ -43,6 +43,13 @@ def install() -> None:
         signal.signal(signum, _on_signal)
 
 
+def done() -> None:
+    """binlake is exiting: a further signal has nothing left to stop (the exit waits a bounded time
+    for Spark's JVM to end; `binlake.spark.jvm`)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def between_batches(where: Callable[[], str]) -> Iterator[None]:
     """While the stream runs: a first signal only asks, and the stream stops after its batch.

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from binlake import storage
 from binlake.splits import STATUS_RANK, Split, newest
 from binlake.target import CHECKPOINT_INTERVAL
 
@@ -26,6 +27,7 @@ def _exists(spark: SparkSession, path: str) -> bool:
 def ensure(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
+    storage.clear_uncommitted(path)
     if not _exists(spark, path):
         (DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], SCHEMA).schema)
          .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())

@@ -1,0 +1,22 @@
+"""The lake's files on local storage, where a Delta table's creation can be cut short.
+
+Creating a Delta table makes its `_delta_log` folder before it writes the first commit. A process
+stopped in between (a kill, a stop at once) leaves a folder with no commit, which Delta then takes
+for a table it cannot read (`DELTA_TABLE_NOT_FOUND`) instead of creating one. Such a folder holds
+nothing (no commit, so no data), and is removed before the table is created again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+
+def clear_uncommitted(location: str) -> None:
+    """Remove the `_delta_log` of a local table that has no commit (object stores are left alone:
+    they have no folders to leave behind)."""
+    if "://" in location or location.startswith("dbfs:"):
+        return
+    log = Path(location) / "_delta_log"
+    if log.is_dir() and not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*.parquet")):
+        shutil.rmtree(log)
