@@ -49,7 +49,7 @@ def _caught_up_and_exact(cfg_path: Path, port: int, database: str, spark: Any) -
     assert bronze_duplicates(spark, target.bronze(name).location) == 0
 
 
-@pytest.mark.parametrize("form", ["process", "group", "twice"])
+@pytest.mark.parametrize("form", ["process", "group", pytest.param("twice", marks=pytest.mark.slow)])
 def test_sigterm_while_streaming_under_writers(dev_db: Any, database: str, spark: Any, tmp_path: Path,
                                                form: str) -> None:
     port = dev_db.running_port()
@@ -78,6 +78,7 @@ def test_sigterm_while_streaming_under_writers(dev_db: Any, database: str, spark
     _caught_up_and_exact(cfg_path, port, database, spark)
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_snapshot(dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
     port = dev_db.running_port()
     rows = 20_000
