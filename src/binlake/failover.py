@@ -180,10 +180,10 @@ def _mariadb_start(conn: Any, state: str) -> BinlogPosition | None:
     for file in files[first:]:
         for row in binlog_events(conn, file):
             m = _MARIADB_GTID.search(str(row[5])) if row[2] == "Gtid" else None
-            if m is None or m.group(1).split("-", 1)[0] not in ours:
-                continue
-            gtid = m.group(1)
+            gtid = m.group(1) if m else ""
             domain = gtid.split("-", 1)[0]
+            if domain not in ours:
+                continue
             if gtid == ours[domain]:
                 found.add(domain)
             elif start is None and _seq(gtid) > _seq(ours[domain]):

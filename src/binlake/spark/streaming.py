@@ -253,9 +253,12 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
             query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
             while query.isActive and not stop.asked():
                 _await(query, 1)
-        _stop_between_batches(query)
         if stop.asked():
+            _stop_between_batches(query)
             raise stop.stopped()
+        if query.isActive:  # caught up: no batch can start past `target`, so none is cut short
+            query.stop()
+        _await(query)
 
 
 def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Version]], policy: Any, app_id: str,
