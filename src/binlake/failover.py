@@ -38,7 +38,7 @@ from binlake.offsets import BinlogPosition
 from binlake.source.dialect import Dialect, binlog_files, binlog_head
 from binlake.source.gtids import (GTID_NEXT, advance, binlog_events, covered_file, file_state, format_mysql,
                                   lacking, last_per_domain, merged, parse_mysql, previous_gtids, server_state)
-from binlake.source.identity import Anchor, changed_message
+from binlake.source.identity import Anchor, Lineage, ServerIdentity, changed_message
 
 log = logging.getLogger(__name__)
 
@@ -86,39 +86,82 @@ class GtidRecord:
             self.put(end, advance(base["gtids"], batch["gtids"]), bool(base["complete"] and batch["complete"]))
 
 
-def state_at(conn: Any, dialect: Dialect, position: BinlogPosition) -> tuple[str, bool]:
+def state_at(conn: Any, dialect: Dialect, position: BinlogPosition,
+             base: dict[str, Any] | None = None) -> tuple[str, bool]:
     """The GTID state at `position` on the server behind `conn`, and whether every transaction before
     it had a GTID. MariaDB tells it (BINLOG_GTID_POS); on MySQL it is the file's Previous_gtids and the
-    GTIDs of the file's transactions before the position."""
+    GTIDs of the file's transactions before the position. With `base`, the state at an earlier position
+    of the same file (an offset carrying `gtids` and `complete`), only the events between are read."""
+    if base is not None and "gtids" in base and base["file"] == position.file and int(base["pos"]) <= position.pos:
+        seen, complete = _passed(conn, dialect.is_mariadb, position.file, int(base["pos"]), position.pos)
+        return advance(str(base["gtids"]), seen), bool(base["complete"]) and complete
     if dialect.is_mariadb:
         with conn.cursor() as cur:
             cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
             (text,) = cur.fetchone()
         return str(text or ""), True
-    state = previous_gtids(conn, position.file)
-    seen: dict[str, list[list[int]]] = {}
+    seen, complete = _passed(conn, False, position.file, 4, position.pos)
+    return advance(format_mysql(previous_gtids(conn, position.file)), seen), complete
+
+
+def _passed(conn: Any, mariadb: bool, file: str, begin: int, end: int) -> tuple[str, bool]:
+    """The GTIDs of binlog `file`'s transactions from `begin` up to `end`, in the server's text form (a
+    MySQL GTID set, MariaDB's last GTID per domain), and whether every one of them had a GTID."""
+    mysql: dict[str, list[list[int]]] = {}
+    domains: dict[str, str] = {}
     complete = True
-    for row in binlog_events(conn, position.file):
-        if int(row[1]) >= position.pos:
+    if begin >= end:
+        return "", complete
+    for row in binlog_events(conn, file, begin):
+        if int(row[1]) >= end:
             break
         kind = str(row[2])
         if kind == "Anonymous_Gtid":
             complete = False
-        elif kind.startswith("Gtid"):
+        elif mariadb and kind == "Gtid":
+            found = _MARIADB_GTID.search(str(row[5]))
+            if found:
+                domains[found.group(1).split("-", 1)[0]] = found.group(1)
+        elif not mariadb and kind.startswith("Gtid"):
             found = GTID_NEXT.search(str(row[5]))
             if found:
                 key, _, n = found.group(1).rpartition(":")
-                seen.setdefault(key.lower(), []).append([int(n), int(n)])
-    return advance(format_mysql(state), format_mysql({k: merged(v) for k, v in seen.items()})), complete
+                mysql.setdefault(key.lower(), []).append([int(n), int(n)])
+    if mariadb:
+        return ",".join(g for _, g in sorted(domains.items(), key=lambda kv: int(kv[0]))), complete
+    return format_mysql({k: merged(v) for k, v in mysql.items()}), complete
 
 
-def start_on(conn: Any, dialect: Dialect, anchor: Anchor, state: str, patience: float) -> BinlogPosition:
-    """Where the stream reads on, on the server behind `conn`, after the transactions of `state`
-    (see the module docstring); SourceChangedError when the server cannot serve them."""
+def follow(conn: Any, lineage: Lineage, anchor: Anchor, now: ServerIdentity, state: dict[str, Any] | None,
+           patience: float) -> Lineage:
+    """The record after following the stream to `now`, another server, by `state` (the GTID state at
+    the stored position: {"end": position, "gtids": text, "complete": bool}); SourceChangedError when
+    it is not one of the same replication topology."""
+    if now.server != lineage.identity.server:
+        why = f"binlake read {lineage.identity} before: another kind of server is not a failover"
+    elif state is None:
+        why = "binlake keeps no GTID state at the stored position to fail over with"
+    elif not state["complete"]:
+        why = "transactions without a GTID came before the stored position (gtid_mode OFF)"
+    else:
+        why = ""
+    if why:
+        raise SourceChangedError(changed_message(anchor, f"the server is now {now}, and {why}"))
+    assert state is not None
+    start = start_on(conn, Dialect.of(conn), anchor, state["gtids"], patience)
+    log.warning("source.hostname now leads to %s, which holds every transaction binlake read from %s: failing "
+                "over, reading on from %s (after GTIDs %s)", now, lineage.identity, start, state["gtids"])
+    return lineage.failed_over(now, start, state["gtids"], BinlogPosition.from_dict(state["end"]))
+
+
+def await_state(conn: Any, anchor: Anchor, state: str, mariadb: bool, patience: float) -> None:
+    """Return once the server behind `conn` holds every transaction of `state`: a replica behind is
+    waited for, up to `patience` seconds; SourceChangedError when it does not catch up, or holds none of
+    a source of `state` (not a server of the same replication topology)."""
     deadline = time.monotonic() + patience
     told = False
     while True:
-        short, behind = lacking(state, server_state(conn, dialect.is_mariadb))
+        short, behind = lacking(state, server_state(conn, mariadb))
         if not short:
             break
         if not behind:
@@ -135,6 +178,12 @@ def start_on(conn: Any, dialect: Dialect, anchor: Anchor, state: str, patience: 
                         "waiting for it to catch up (up to %gs, source.reconnect-timeout)", _name(conn), short, patience)
             told = True
         time.sleep(1)
+
+
+def start_on(conn: Any, dialect: Dialect, anchor: Anchor, state: str, patience: float) -> BinlogPosition:
+    """Where the stream reads on, on the server behind `conn`, after the transactions of `state`
+    (see the module docstring); SourceChangedError when the server cannot serve them."""
+    await_state(conn, anchor, state, dialect.is_mariadb, patience)
     if dialect.is_mariadb:
         found = _mariadb_start(conn, state)
         if found is None:

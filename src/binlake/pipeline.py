@@ -26,7 +26,7 @@ from binlake.schema import TableSchema
 from binlake.source.catalog import captured_tables, load_schema
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
-from binlake.source.identity import Anchor, Lineage, ServerIdentity, changed_message, identify, verify
+from binlake.source.identity import Anchor, Lineage, ServerIdentity, identify, verify
 from binlake.splits import Split
 from binlake.target import Target
 from binlake.validation import check_server_ids
@@ -540,17 +540,9 @@ def fail_over(ctx: Context, conn: Any, lineage: Lineage, anchor: Anchor, now: Se
 
     position = resume_position(ctx)
     record = failover.GtidRecord(ctx.target.gtid_record).newest(position) if position is not None else None
-    if now.server != lineage.identity.server or record is None or not record["complete"]:
-        why = ("binlake keeps no GTID state at the stored position to fail over with" if record is None
-               else "transactions without a GTID came before the stored position (gtid_mode OFF)")
-        raise SourceChangedError(changed_message(anchor, f"the server is now {now}, and {why}"))
-    start = failover.start_on(conn, Dialect.of(conn), anchor, record["gtids"],
-                              float(ctx.cfg.get("source.reconnect-timeout")))
-    moved = lineage.failed_over(now, start, record["gtids"], BinlogPosition.from_dict(record["end"]))
+    moved = failover.follow(conn, lineage, anchor, now, record, float(ctx.cfg.get("source.reconnect-timeout")))
     moved.save(ctx.target.source_lineage)
     ctx.forget_lineage()
-    log.warning("source.hostname now leads to %s, which holds every transaction binlake read from %s: failing "
-                "over, reading on from %s (after GTIDs %s)", now, lineage.identity, start, record["gtids"])
 
 
 def resnapshot(ctx: Context) -> None:

@@ -13,6 +13,7 @@ source.reconnect-timeout for it to catch up first)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,3 +189,186 @@ def test_a_replica_behind_is_refused(pair: tuple[DevDb, DevDb], spark: Any, tmp_
     assert second.returncode == 1, second.stderr[-3000:]
     assert "a replica still behind after 3s" in second.stderr and "Traceback" not in second.stderr, second.stderr
     assert "waiting for it to catch up" in second.stderr
+
+
+def _end_offset(query: Any) -> dict[str, Any] | None:
+    progress = query.lastProgress
+    if not progress or not progress["sources"] or not progress["sources"][0].get("endOffset"):
+        return None
+    end = progress["sources"][0]["endOffset"]
+    return json.loads(end) if isinstance(end, str) else dict(end)
+
+
+def _pipeline_job(spark: Any, port: int, database: str, tmp_path: Path) -> tuple[Any, Any]:
+    """The table planned and snapshotted, and the binlog source's job as the Lakeflow pipeline builds it."""
+    from binlake import pipeline
+    from binlake.databricks import stream_job
+    from binlake.spark.sources import register
+
+    cfg = load(_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake"))
+    pipeline.plan(cfg)
+    pipeline.snapshot(cfg)
+    register(spark)
+    ctx = pipeline.Context(cfg)
+    return ctx, stream_job.build(ctx)
+
+
+def _read(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[dict[str, Any]]:
+    """The row changes a batch from `start` to `end` hands to Spark, as the source's reader gives them."""
+    from binlake.spark.sources import BinlogRange
+
+    rows = [row for batch in reader.read(BinlogRange(start, end)) for row in batch.to_pylist()]
+    return [row for row in rows if row["_op"] in ("c", "u", "d")]
+
+
+def test_a_pipeline_batch_planned_on_the_primary_is_read_on_the_replica_by_gtid(
+        pair: tuple[DevDb, DevDb], spark: Any, tmp_path: Path) -> None:
+    """The pipeline's binlog source (no record files: the GTID state in its offsets), driven call by call
+    as Spark drives it. A batch planned on the primary, which is then killed and the replica promoted,
+    is read on the replica: exactly the transactions the primary gave for it, by GTID. The next batch
+    fails over (the next epoch) and holds exactly the transactions after it, wherever written."""
+    from binlake.spark.sources import BinlogReader
+
+    primary, replica = pair
+    server = primary.server
+    database = "planned"
+    p, r = _seeded(primary, replica, database, 200)
+    update = "UPDATE t SET v = %s WHERE id = %s"
+    with Proxy(p) as proxy:
+        _ctx, job = _pipeline_job(spark, proxy.port, database, tmp_path)
+        reader = BinlogReader(job.options())
+        first = reader.initialOffset()
+        assert first["gtids"] and first["complete"], first
+        with pymysql.connect(host="127.0.0.1", port=p, user="root", password="", database=database,
+                             autocommit=True) as conn, conn.cursor() as cur:
+            for i in range(1, 41):
+                cur.execute(update, (f"in-batch-{i}", i))
+            cur.execute("DELETE FROM t WHERE id = 41")
+            cur.execute("INSERT INTO t (id, k, v, amount, updated, note) VALUES (9001, 1, 'in-batch-new', 1, NOW(6), 'i')")
+            planned = reader.latestOffset(first, None)
+            for i in range(51, 71):
+                cur.execute(update, (f"after-{i}", i))  # past the batch's end, on the primary
+        on_primary = _read(reader, first, planned)
+        assert len(on_primary) == 42
+        _wait("the replica to hold every transaction", lambda: _holds_all(server, r, p))
+        primary.kill()
+        _promote(server, r)
+        proxy.upstream_port = r
+        proxy.cut()
+        _sql(r, *(f"UPDATE t SET v = 'replica-{i}' WHERE id = {i}" for i in range(101, 111)), database=database)
+
+        again = BinlogReader(job.options())  # a driver restarted after the switch, as a pipeline's flow is
+        on_replica = _read(again, first, planned)
+        fields = ("_table", "_op", "_gtid", "_row")
+        assert [tuple(x[f] for f in fields) for x in on_replica] == [tuple(x[f] for f in fields) for x in on_primary]
+        assert all(x["_seq"] >= 10**30 for x in on_replica)  # positions on the replica: the next epoch
+        following = again.latestOffset(planned, None)
+        assert following["epoch"] == 1 and following["lineage"]["identity"]["server_id"] == 82, following
+        assert following["lineage"]["failover"]["applied"] == planned["gtids"]
+        after = _read(again, planned, following)
+        values = sorted(json.loads(x["_row"])["v"] for x in after)
+        assert values == sorted([f"after-{i}" for i in range(51, 71)] + [f"replica-{i}" for i in range(101, 111)])
+        assert not {x["_gtid"] for x in after} & {x["_gtid"] for x in on_primary}
+        assert all(x["_seq"] >= 10**30 for x in after)
+        assert again.latestOffset(following, None) == following  # nothing new: no batch
+
+
+class Flow:
+    """A streaming query restarted after a failure, as a Lakeflow pipeline retries a failed flow."""
+
+    def __init__(self, start: Any) -> None:
+        self.start, self.query, self.failures = start, start(), []
+
+    def until(self, what: str, done: Any, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if not self.query.isActive:
+                failure = str(self.query.exception())
+                if len(self.failures) >= 3:
+                    raise AssertionError(f"the query ended before {what}: {failure}")
+                self.failures.append(failure)
+                self.query = self.start()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.5)
+
+    def restart(self) -> None:
+        self.query.stop()
+        self.query = self.start()
+
+
+@pytest.mark.slow
+def test_the_pipeline_source_fails_over_by_the_gtids_in_its_offsets(pair: tuple[DevDb, DevDb], spark: Any,
+                                                                     tmp_path: Path) -> None:
+    """The Lakeflow pipeline's binlog source, as stream_job builds it, keeps no files of its own: the GTID
+    state travels in the offsets Spark checkpoints. Read through the proxy into a Delta table (the
+    pipeline's binlake_changes), with writers on; the primary killed, the replica promoted and the proxy
+    pointed at it mid-query: the running query follows, a restarted one (a new pipeline update, the same
+    job) knows the new server from its checkpoint, and the snapshot plus every change read equals the new
+    primary's table, no transaction read twice."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from binlake import bronze
+
+    primary, replica = pair
+    server = primary.server
+    database = "pipefail"
+    p, r = _seeded(primary, replica, database, ROWS)
+    with Proxy(p) as proxy:
+        ctx, job = _pipeline_job(spark, proxy.port, database, tmp_path)
+        sink, checkpoint = str(tmp_path / "changes"), str(tmp_path / "checkpoint")
+
+        def start() -> Any:
+            return (spark.readStream.format("binlake_binlog").options(**job.options()).load()
+                    .writeStream.format("delta").option("checkpointLocation", checkpoint)
+                    .trigger(processingTime="1 second").start(sink))
+
+        writers = ReconnectingWriters(p, database, ROWS, seed=91)
+        writers.start()
+        flow = Flow(start)
+        try:
+            flow.until("a few batches on the primary", lambda: writers.done > 300 and _end_offset(flow.query) is not None)
+            writers.stop_flag.set()
+            writers.join(timeout=30)
+            _wait("the replica to hold every transaction", lambda: _holds_all(server, r, p))
+            primary.kill()
+            _promote(server, r)
+            proxy.upstream_port = r
+            proxy.cut()
+            writers = ReconnectingWriters(r, database, ROWS, seed=92)
+            writers.fresh = 20_000_000
+            writers.start()
+            flow.until("batches on the replica", lambda: int((_end_offset(flow.query) or {}).get("epoch") or 0) == 1
+                       and writers.done > 300)
+            flow.restart()  # the same job, whose lineage still names the primary
+            flow.until("more batches after the restart", lambda: writers.done > 600)
+            writers.stop_flag.set()
+            writers.join(timeout=30)
+            head = _sql(r, "SHOW BINARY LOG STATUS" if server == "mysql" else "SHOW BINLOG STATUS")[0]
+            flow.until("the query to reach the new primary's head", lambda: (
+                (end := _end_offset(flow.query)) is not None and int(end.get("epoch") or 0) == 1
+                and (int(end["file"].rsplit(".", 1)[1]), end["pos"]) >= (int(str(head[0]).rsplit(".", 1)[1]),
+                                                                        int(head[1]))))
+            end = _end_offset(flow.query)
+        finally:
+            writers.stop_flag.set()
+            flow.query.stop()
+    # a batch cut mid-read by the switch fails, and is read again from the new server by GTID
+    assert all("read again, from the new server by GTID" in f for f in flow.failures), flow.failures
+    assert end is not None and end["lineage"]["identity"]["server_id"] == 82 and end["gtids"], end
+    assert end["lineage"]["failover"]["from"]["server_id"] == 81
+    name = f"{database}.t"
+    schema = ctx.schemas()[name]
+    changes = spark.read.format("delta").load(sink)
+    typed = bronze.typed(changes.where(F.col("_table") == name), schema)
+    snapshot = spark.read.format("delta").load(ctx.target.bronze(name).location).where("_op = 'r'")
+    every = typed.unionByName(snapshot.select(*typed.columns))
+    last = every.withColumn("n", F.row_number().over(Window.partitionBy("id").orderBy(F.col("_seq").desc())))
+    state = last.where("n = 1 AND _op != 'd'").select("id", "k", "v", "amount", "updated", "note")
+    assert sorted(tuple(x) for x in state.collect()) == source_rows(r, database)
+    assert typed.groupBy("id", "_seq", "_op").count().where("count > 1").count() == 0
+    epochs = typed.selectExpr("_seq >= 1e30 AS later", "_gtid").distinct()
+    assert {x["later"] for x in epochs.select("later").distinct().collect()} == {False, True}
+    again = epochs.groupBy("_gtid").count().where("count > 1").count()
+    assert again == 0, f"{again} transactions read on both servers"

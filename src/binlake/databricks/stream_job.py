@@ -84,5 +84,5 @@ def build(ctx: Context) -> StreamJob:
     start = min(s.hw for ss in splits.values() for s in ss if s.hw is not None)
     from binlake.spark.streaming import binlog_job
 
-    job = binlog_job(ctx, schemas, splits, start)
+    job = binlog_job(ctx, schemas, splits, start, gtid_offsets=True)
     return StreamJob(job, str(ctx.params["password"]), schemas)

@@ -233,6 +233,13 @@ class Watch:
     def commit(self, end: dict[str, Any]) -> None:
         self.committed = self.lineage.anchor(BinlogPosition.from_dict(end), end.get("created"))
 
+    def adopt(self, lineage: Lineage) -> None:
+        """Follow a failover (binlake.failover): the committed position is, on the new server, where the
+        failover began; the next look checks the history up to it there."""
+        self.lineage = lineage
+        self.committed = lineage.anchor(self.committed.position)
+        self.started = None
+
     def offset(self, conn: Any, head: BinlogPosition) -> dict[str, Any]:
         now, started = identify(conn)
         restarted = self.started is not None and abs(started - self.started) > RESTART_SLACK
@@ -244,6 +251,7 @@ class Watch:
             self.lineage.files = {f: c for f, c in self.lineage.files.items() if file_index(f) <= upto}
         if self.started is None or restarted:
             self.started = started  # kept while the server runs: `now - Uptime` wobbles by a second
+        head = BinlogPosition(head.file, head.pos, self.lineage.epoch)
         created = self.lineage.files.get(head.file)
         if created is None:
             created = file_created(self.params, head.file)

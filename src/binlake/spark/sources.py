@@ -148,44 +148,101 @@ class BinlogRange(InputPartition):
 
 class BinlogReader(DataSourceStreamReader):
     """Offsets are `{"file": ..., "pos": ...}` at transaction boundaries (the server's head when a
-    micro-batch is planned), so a replayed batch reads exactly the same events again."""
+    micro-batch is planned), so a replayed batch reads exactly the same events again.
+
+    With the job's `gtid_offsets` (the Lakeflow pipeline, which keeps no record files of its own), each
+    offset also carries the GTID state at its position (`gtids`, `complete`), and after a failover the
+    server it lies on (`lineage`): when `source.hostname` comes to lead to another server of the same
+    replication topology, the reader follows it from the GTID state of the batch's start
+    (binlake.failover), and a restarted query knows the server from its checkpoint's offsets."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.job = json.loads(options["job"])
         self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
+        # the newest offset handed out or committed: the start of the next batch where Spark (before
+        # 4.2) does not pass it to latestOffset
+        self.last: dict[str, Any] | None = None
 
     def initialOffset(self) -> dict[str, Any]:
-        return dict(self.job["start"])
+        start = dict(self.job["start"])
+        if self.job.get("gtid_offsets"):
+            at = BinlogPosition.from_dict(start)
+            gtids, complete = self._retrying(_params(self.options), "reading the GTID state",
+                                             lambda conn: _gtid_state(conn, at, None))
+            start.update(gtids=gtids, complete=complete)
+        return start
 
-    def latestOffset(self) -> dict[str, Any]:
-        from binlake.reconnect import retrying
-        from binlake.source.connection import connect
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
         from binlake.source.dialect import binlog_head
 
+        base = start if start is not None else self.last
         params = _params(self.options)
-        watch = self._watch(params)
+        watch = self._watch(params, base)
 
-        def head_now() -> dict[str, Any]:
+        def head_now(conn: Any) -> dict[str, Any]:
+            if self.job.get("gtid_offsets"):
+                self._follow(conn, watch, base)
+            head = binlog_head(conn)
+            until = self.job.get("until")
+            if until is not None and head > BinlogPosition.from_dict(until):
+                head = BinlogPosition.from_dict(until)  # --until-caught-up: nothing past the head at the start
+            offset = watch.offset(conn, head)
+            if self.job.get("gtid_offsets"):
+                here = BinlogPosition.from_dict(offset)
+                same = base is not None and BinlogPosition.from_dict(base).epoch == here.epoch
+                gtids, complete = _gtid_state(conn, here, base if same else None)
+                offset.update(gtids=gtids, complete=complete)
+                if watch.lineage.epoch > self._lineage(None).epoch:
+                    offset["lineage"] = {k: v for k, v in watch.lineage.to_dict().items() if k != "files"}
+            return offset
+
+        self.last = self._retrying(params, "asking for the binlog head", head_now)
+        return self.last
+
+    def _retrying(self, params: dict[str, Any], what: str, call: Any) -> Any:
+        """`call(conn)` on a connection of its own, retried over lost connections (binlake.reconnect)."""
+        from binlake.reconnect import retrying
+        from binlake.source.connection import connect
+
+        def once() -> Any:
             conn = connect(params)
             try:
-                head = binlog_head(conn)
-                until = self.job.get("until")
-                if until is not None and head > BinlogPosition.from_dict(until):
-                    head = BinlogPosition.from_dict(until)  # --until-caught-up: nothing past the head at the start
-                return watch.offset(conn, head)
+                return call(conn)
             finally:
                 conn.close()
 
-        return retrying(params, float(self.job.get("reconnect_timeout", 0)), "asking for the binlog head", head_now)
+        return retrying(params, float(self.job.get("reconnect_timeout", 0)), what, once)
 
-    def _watch(self, params: dict[str, Any]) -> Any:
-        from binlake.source.identity import Lineage, Watch
+    def _lineage(self, offset: dict[str, Any] | None) -> Any:
+        """The server `offset` lies on: the job's, or the one a failover carried into the offsets."""
+        from binlake.source.identity import Lineage
+
+        lineage = Lineage.from_dict(self.job["lineage"])
+        carried = (offset or {}).get("lineage")
+        return Lineage.from_dict(carried) if carried and int(carried["epoch"]) > lineage.epoch else lineage
+
+    def _watch(self, params: dict[str, Any], base: dict[str, Any] | None) -> Any:
+        from binlake.source.identity import Watch
 
         if self.watch is None:
-            self.watch = Watch(params, Lineage.from_dict(self.job["lineage"]),
-                               BinlogPosition.from_dict(self.job["start"]))
+            self.watch = Watch(params, self._lineage(base), BinlogPosition.from_dict(base or self.job["start"]))
+            if base is not None:
+                self.watch.commit(base)
         return self.watch
+
+    def _follow(self, conn: Any, watch: Any, base: dict[str, Any] | None) -> None:
+        """When the server behind `conn` is another one: follow it by the GTID state at `base`, the
+        start of the next batch (binlake.failover), or SourceChangedError."""
+        from binlake.failover import follow
+        from binlake.source.identity import identify
+
+        now, _ = identify(conn)
+        if watch.lineage.identity.same(now):
+            return
+        state = None if base is None or "gtids" not in base else {
+            "end": BinlogPosition.from_dict(base).to_dict(), "gtids": base["gtids"], "complete": base["complete"]}
+        watch.adopt(follow(conn, watch.lineage, watch.committed, now, state, float(self.job.get("reconnect_timeout", 0))))
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogRange]:
         if BinlogPosition.from_dict(end) <= BinlogPosition.from_dict(start):
@@ -202,11 +259,13 @@ class BinlogReader(DataSourceStreamReader):
         from binlake.splits import Split
         from binlake.evolution import marker_row
         from binlake.source.gtids import Seen, contains, parse_mariadb, parse_mysql
-        from binlake.source.identity import Lineage, moved
+        from binlake.source.identity import moved
 
         import pyarrow as pa
 
         params = _params(self.options)
+        lineage = self._lineage(partition.end)
+        params["epoch"] = lineage.epoch
         fields = _meta_arrow() + [("_row", pa.string())]
         schemas = {n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()}
         splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
@@ -216,8 +275,12 @@ class BinlogReader(DataSourceStreamReader):
         try:
             # the batch was planned on the server its end offset names; another one now (a failover, a
             # replaced server), or the same restarted, must still hold the history up to its start
-            if moved(conn, Lineage.from_dict(self.job["lineage"]).identity, partition.end.get("started")):
-                self._same_history(params, partition.start)
+            stop, only = BinlogPosition.from_dict(partition.end), None
+            if moved(conn, lineage.identity, partition.end.get("started")):
+                lineage, replay = self._moved(conn, params, partition, lineage)
+                if replay is not None:  # planned on a server that is gone: its transactions, by GTID
+                    only, stop = replay
+            params["epoch"] = lineage.epoch
             handover.bind(conn)
             # a table snapshotted again after a change starts at its new chunks' high watermarks
             guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
@@ -226,7 +289,7 @@ class BinlogReader(DataSourceStreamReader):
             # a batch from a position on the server before a failover reads on from where that position is
             # on this one, skipping the transactions binlake had (binlake.source.identity)
             start = BinlogPosition.from_dict(partition.start)
-            failover = self.job.get("failover")
+            failover = lineage.failover
             had = None
             if failover:
                 had = parse_mysql(failover["applied"]) or parse_mariadb(failover["applied"])
@@ -234,9 +297,8 @@ class BinlogReader(DataSourceStreamReader):
                     start = BinlogPosition.from_dict(failover["start"])
             seen = Seen() if self.job.get("gtid_trailer") else None
             changes = read_changes(
-                params, int(self.job["server_id"]), start,
-                BinlogPosition.from_dict(partition.end), lambda d, t: f"{d}.{t}" in schemas,
-                reconnect_timeout=patience, ddl=True, on_reopen=lambda: self._same_history(params, partition.start),
+                params, int(self.job["server_id"]), start, stop, lambda d, t: f"{d}.{t}" in schemas,
+                reconnect_timeout=patience, ddl=True, on_reopen=lambda: self._reopening(params, partition.start, lineage),
                 seen=seen,
             )
             rows: list[tuple[Any, ...]] = []
@@ -261,6 +323,8 @@ class BinlogReader(DataSourceStreamReader):
                     continue  # a GTID startup position names this transaction as already had
                 if had and change.epoch == int(failover["epoch"]) and contains(had, change.gtid):
                     continue  # read from the server before the failover
+                if only is not None and not contains(only, change.gtid):
+                    continue  # past the batch's end on the server before the failover: the next batch's
                 schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
                 encode = encoders.get(id(schema))
                 if encode is None:
@@ -290,13 +354,63 @@ class BinlogReader(DataSourceStreamReader):
         finally:
             conn.close()
 
-    def _same_history(self, params: dict[str, Any], start: dict[str, Any]) -> None:
+    def _moved(self, conn: Any, params: dict[str, Any], partition: BinlogRange,
+               lineage: Any) -> tuple[Any, tuple[Any, BinlogPosition] | None]:
+        """The server restarted, or is another one, since the batch was planned. The same one must still
+        hold the history up to the batch's start. Under `gtid_offsets`, another one of the same
+        replication topology serves the batch planned on the server before it by GTID: from after the
+        transactions of the start's state up to the head once it holds the end's, those of the end's
+        state (binlake.failover). The lineage to read under, and those GTIDs (parsed) with that head
+        (None for the same server)."""
+        from binlake.failover import await_state, follow
+        from binlake.source.dialect import Dialect, binlog_head
+        from binlake.source.gtids import parse_mariadb, parse_mysql
+        from binlake.source.identity import identify
+
+        now, _ = identify(conn)
+        start, end = partition.start, partition.end
+        if lineage.identity.same(now) or not self.job.get("gtid_offsets") or "gtids" not in end:
+            self._same_history(params, start, lineage)
+            return lineage, None
+        patience = float(self.job.get("reconnect_timeout", 0))
+        anchor = lineage.anchor(BinlogPosition.from_dict(start), start.get("created"))
+        state = None if "gtids" not in start else {"end": BinlogPosition.from_dict(start).to_dict(),
+                                                   "gtids": start["gtids"],
+                                                   "complete": bool(start["complete"] and end["complete"])}
+        followed = follow(conn, lineage, anchor, now, state, patience)
+        await_state(conn, anchor, str(end["gtids"]), Dialect.of(conn).is_mariadb, patience)
+        head = binlog_head(conn)  # every one of them was written before it
+        only = parse_mysql(str(end["gtids"])) or parse_mariadb(str(end["gtids"]))
+        return followed, (only, BinlogPosition(head.file, head.pos, followed.epoch))
+
+    def _reopening(self, params: dict[str, Any], start: dict[str, Any], lineage: Any) -> None:
+        """Before a lost connection is reopened mid-batch: the same server, holding the history up to the
+        batch's start. Under `gtid_offsets`, another server fails the batch, whose rows so far came
+        from the server before: read again whole (Spark retries the task, a pipeline the flow), it is
+        served by GTID there (`_moved`)."""
+        from binlake.errors import RuntimeFailure
+        from binlake.source.connection import connect
+        from binlake.source.identity import identify
+
+        if self.job.get("gtid_offsets"):
+            conn = connect(params)
+            try:
+                now, _ = identify(conn)
+            finally:
+                conn.close()
+            if not lineage.identity.same(now):
+                raise RuntimeFailure(
+                    f"source.hostname now leads to {now}, not {lineage.identity} this micro-batch began on: the "
+                    "batch is read again, from the new server by GTID, when the stream restarts")
+        self._same_history(params, start, lineage)
+
+    def _same_history(self, params: dict[str, Any], start: dict[str, Any], lineage: Any) -> None:
         """Before a lost connection is reopened: the server still holds the history up to the batch's
         start (binlake.source.identity), or SourceChangedError."""
         from binlake.source.connection import connect
-        from binlake.source.identity import Lineage, verify
+        from binlake.source.identity import verify
 
-        anchor = Lineage.from_dict(self.job["lineage"]).anchor(BinlogPosition.from_dict(start), start.get("created"))
+        anchor = lineage.anchor(BinlogPosition.from_dict(start), start.get("created"))
         conn = connect(params)
         try:
             verify(conn, params, anchor)
@@ -304,7 +418,16 @@ class BinlogReader(DataSourceStreamReader):
             conn.close()
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._watch(_params(self.options)).commit(end)
+        self._watch(_params(self.options), end).commit(end)
+        self.last = end
+
+
+def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None) -> tuple[str, bool]:
+    """The GTID state at `position`, from the state at `base` (an earlier offset on the same server) on."""
+    from binlake.failover import state_at
+    from binlake.source.dialect import Dialect
+
+    return state_at(conn, Dialect.of(conn), position, base)
 
 
 def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,

@@ -94,13 +94,16 @@ def resume_anchor(ctx: Context, lineage: Lineage) -> Anchor | None:
 def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
                until: BinlogPosition | None = None, since: int | None = None,
                applied: dict[str, int] | None = None, patterns: list[str] | None = None,
-               versions: dict[str, list[Version]] | None = None, gtid_trailer: bool = False) -> dict[str, Any]:
+               versions: dict[str, list[Version]] | None = None, gtid_trailer: bool = False,
+               gtid_offsets: bool = False) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
     source offers nothing past that position; with `patterns` (source.tables), a table that comes to
     match them stops the batch that meets it (NewTableError), for the caller to capture it; with
     `versions` (each table's schema versions), the source follows schema changes under
     stream.schema-changes, and without them stops at any (`fail`); with `gtid_trailer`, each batch ends
-    with a row of the GTIDs it passed (`_op` 'g', for binlake.failover)."""
+    with a row of the GTIDs it passed (`_op` 'g', for binlake.failover); with `gtid_offsets`, each
+    offset carries the GTID state at its position instead, and the source fails over by it (the
+    Lakeflow pipeline, whose stream has no driver code of binlake's to keep a record)."""
     return {
         "schema_changes": "fail" if versions is None else ctx.cfg.get("stream.schema-changes"),
         "versions": {n: [v.to_dict() for v in vs] for n, vs in (versions or {}).items()},
@@ -117,6 +120,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "lineage": ctx.lineage().to_dict(),
         "failover": ctx.lineage().failover,
         "gtid_trailer": gtid_trailer,
+        "gtid_offsets": gtid_offsets,
     }
 
 
