@@ -36,8 +36,8 @@ from typing import Any
 from binlake.errors import SourceChangedError
 from binlake.offsets import BinlogPosition
 from binlake.source.dialect import Dialect, binlog_files, binlog_head
-from binlake.source.gtids import (GTID_NEXT, advance, binlog_events, covered_file, file_state, format_mysql,
-                                  lacking, last_per_domain, merged, parse_mysql, previous_gtids, server_state)
+from binlake.source.gtids import (GTID_NEXT, Seen, advance, binlog_events, covered_file, file_state, format_mysql,
+                                  lacking, last_per_domain, parse_mysql, previous_gtids, server_state)
 from binlake.source.identity import Anchor, Lineage, ServerIdentity, changed_message
 
 log = logging.getLogger(__name__)
@@ -107,29 +107,20 @@ def state_at(conn: Any, dialect: Dialect, position: BinlogPosition,
 def _passed(conn: Any, mariadb: bool, file: str, begin: int, end: int) -> tuple[str, bool]:
     """The GTIDs of binlog `file`'s transactions from `begin` up to `end`, in the server's text form (a
     MySQL GTID set, MariaDB's last GTID per domain), and whether every one of them had a GTID."""
-    mysql: dict[str, list[list[int]]] = {}
-    domains: dict[str, str] = {}
-    complete = True
+    seen = Seen()
     if begin >= end:
-        return "", complete
+        return seen.text(), seen.complete
     for row in binlog_events(conn, file, begin):
         if int(row[1]) >= end:
             break
         kind = str(row[2])
         if kind == "Anonymous_Gtid":
-            complete = False
-        elif mariadb and kind == "Gtid":
-            found = _MARIADB_GTID.search(str(row[5]))
+            seen.add(None)
+        elif kind == "Gtid" if mariadb else kind.startswith("Gtid"):
+            found = (_MARIADB_GTID if mariadb else GTID_NEXT).search(str(row[5]))
             if found:
-                domains[found.group(1).split("-", 1)[0]] = found.group(1)
-        elif not mariadb and kind.startswith("Gtid"):
-            found = GTID_NEXT.search(str(row[5]))
-            if found:
-                key, _, n = found.group(1).rpartition(":")
-                mysql.setdefault(key.lower(), []).append([int(n), int(n)])
-    if mariadb:
-        return ",".join(g for _, g in sorted(domains.items(), key=lambda kv: int(kv[0]))), complete
-    return format_mysql({k: merged(v) for k, v in mysql.items()}), complete
+                seen.add(found.group(1))
+    return seen.text(), seen.complete
 
 
 def follow(conn: Any, lineage: Lineage, anchor: Anchor, now: ServerIdentity, state: dict[str, Any] | None,

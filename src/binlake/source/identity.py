@@ -240,8 +240,12 @@ class Watch:
         self.committed = lineage.anchor(self.committed.position)
         self.started = None
 
-    def offset(self, conn: Any, head: BinlogPosition) -> dict[str, Any]:
+    def offset(self, conn: Any, head: BinlogPosition, follow: Any = None) -> dict[str, Any]:
+        """`head` as the offset of the next micro-batch. With `follow(conn, lineage, committed, now)`,
+        another server is followed (binlake.failover) rather than refused."""
         now, started = identify(conn)
+        if follow is not None and not self.lineage.identity.same(now):
+            self.adopt(follow(conn, self.lineage, self.committed, now))
         restarted = self.started is not None and abs(started - self.started) > RESTART_SLACK
         if self.started is None or restarted or not self.lineage.identity.same(now):
             verify(conn, self.params, self.committed)

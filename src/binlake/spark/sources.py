@@ -181,13 +181,11 @@ class BinlogReader(DataSourceStreamReader):
         watch = self._watch(params, base)
 
         def head_now(conn: Any) -> dict[str, Any]:
-            if self.job.get("gtid_offsets"):
-                self._follow(conn, watch, base)
             head = binlog_head(conn)
             until = self.job.get("until")
             if until is not None and head > BinlogPosition.from_dict(until):
                 head = BinlogPosition.from_dict(until)  # --until-caught-up: nothing past the head at the start
-            offset = watch.offset(conn, head)
+            offset = watch.offset(conn, head, self._follower(base) if self.job.get("gtid_offsets") else None)
             if self.job.get("gtid_offsets"):
                 here = BinlogPosition.from_dict(offset)
                 same = base is not None and BinlogPosition.from_dict(base).epoch == here.epoch
@@ -231,18 +229,15 @@ class BinlogReader(DataSourceStreamReader):
                 self.watch.commit(base)
         return self.watch
 
-    def _follow(self, conn: Any, watch: Any, base: dict[str, Any] | None) -> None:
-        """When the server behind `conn` is another one: follow it by the GTID state at `base`, the
-        start of the next batch (binlake.failover), or SourceChangedError."""
+    def _follower(self, base: dict[str, Any] | None) -> Any:
+        """How the watch follows another server: by the GTID state at `base`, the start of the next batch
+        (binlake.failover), or SourceChangedError."""
         from binlake.failover import follow
-        from binlake.source.identity import identify
 
-        now, _ = identify(conn)
-        if watch.lineage.identity.same(now):
-            return
         state = None if base is None or "gtids" not in base else {
             "end": BinlogPosition.from_dict(base).to_dict(), "gtids": base["gtids"], "complete": base["complete"]}
-        watch.adopt(follow(conn, watch.lineage, watch.committed, now, state, float(self.job.get("reconnect_timeout", 0))))
+        patience = float(self.job.get("reconnect_timeout", 0))
+        return lambda conn, lineage, committed, now: follow(conn, lineage, committed, now, state, patience)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogRange]:
         if BinlogPosition.from_dict(end) <= BinlogPosition.from_dict(start):
