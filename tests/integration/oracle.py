@@ -83,12 +83,14 @@ class Observed:
     hw: BinlogPosition
     folded: int
     packed: str
+    extra: str = ""  # what the read says of itself (ChunkResult.extra)
 
     @classmethod
     def of(cls, result: ChunkResult) -> Observed:
         lines = [f"{r['id']}\t{_field(r['n'])}\t{_field(r['s'])}" for r in result.rows]
         return cls(_bound(result.split.start), _bound(result.split.end), result.lw, result.hw,
-                   result.folded_events, "\n".join(lines))
+                   result.folded_events, "\n".join(lines),
+                   " ".join(f"{k}={v}" for k, v in result.extra.items()))
 
     def rows(self) -> dict[int, Row]:
         out: dict[int, Row] = {}
@@ -301,12 +303,17 @@ def _image(values: dict[str, Any]) -> tuple[int, Row]:
     return int(values["id"]), (str(int(values["n"])), None if s is None else str(s))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Difference:
     key: int
     chunk: Row | None  # None: the key is absent from the chunk
     truth: Row | None  # None: the key is absent at HW
     changed: BinlogPosition | None  # the last change of the key before HW (None: never changed)
+    after: str | None = None  # the key's first change at or after HW, as the sweep meets it
+
+    def later(self, change: Change) -> None:
+        image = "absent" if change.after is None or change.after[0] != self.key else _show(change.after[1])
+        self.after = f"next changed at {change.position} to {image}"
 
     def when(self, lw: BinlogPosition, hw: BinlogPosition) -> str:
         """Where the key's last change lies: before LW points at the SELECT or the settle, between LW
@@ -314,6 +321,9 @@ class Difference:
         if self.changed is None:
             return "never changed"
         return f"last changed at {self.changed} ({'before LW' if self.changed < lw else 'between LW and HW'})"
+
+    def __str__(self) -> str:
+        return f"id={self.key}: chunk {_show(self.chunk)}, binlog at hw {_show(self.truth)}"
 
 
 @dataclass
@@ -341,13 +351,12 @@ class Report:
             f"{len(self.failures)} reads failed, {self.folded} folded; writers committed {self.commits} "
             f"({self.conflicts} deadlocks/lock waits); {self.events} row changes replayed"
         )]
-        for m in self.mismatched[:5]:
+        for m in self.mismatched[:10]:
             o = m.observed
-            lines.append(f"  chunk [{o.start}, {o.end}) lw={o.lw} hw={o.hw} folded={o.folded}: "
+            lines.append(f"  chunk [{o.start}, {o.end}) lw={o.lw} hw={o.hw} folded={o.folded} {o.extra}: "
                          f"{len(m.differences)} keys differ")
-            for d in m.differences[:5]:
-                lines.append(f"    id={d.key}: chunk {_show(d.chunk)}, binlog at hw {_show(d.truth)}, "
-                             f"{d.when(o.lw, o.hw)}")
+            for d in m.differences[:10]:
+                lines.append(f"    {d}, {d.when(o.lw, o.hw)}, {d.after or 'not changed after hw'}")
         for f in self.failures[:3]:
             lines.append(f"  failed read: {f}")
         return "\n".join(lines)
@@ -366,8 +375,16 @@ def check(observed: list[Observed], changes: Iterator[Change]) -> tuple[list[Mis
     applied = 0
     pending: Change | None = next(changes, None)
     mismatched: list[Mismatch] = []
+    waiting: dict[int, list[Difference]] = {}  # differing keys whose next change is not met yet
+
+    def meet(change: Change) -> None:
+        for key in {change.before, None if change.after is None else change.after[0]} - {None}:
+            for d in waiting.pop(key, []):  # type: ignore[arg-type]
+                d.later(change)
+
     for o in sorted(observed, key=lambda o: o.hw.key):
         while pending is not None and pending.position < o.hw:
+            meet(pending)
             if pending.before is not None:
                 state.pop(pending.before, None)
                 changed[pending.before] = pending
@@ -381,8 +398,11 @@ def check(observed: list[Observed], changes: Iterator[Change]) -> tuple[list[Mis
         if got != truth:
             keys = sorted(k for k in got.keys() | truth.keys() if got.get(k) != truth.get(k))
             last = {k: changed[k].position for k in keys if k in changed}
-            mismatched.append(Mismatch(o, [Difference(k, got.get(k), truth.get(k), last.get(k))
-                                           for k in keys]))
-    for _ in changes:  # drain, so the stream's own end check runs
+            differences = [Difference(k, got.get(k), truth.get(k), last.get(k)) for k in keys]
+            for d in differences:
+                waiting.setdefault(d.key, []).append(d)
+            mismatched.append(Mismatch(o, differences))
+    for change in itertools.chain([] if pending is None else [pending], changes):
+        meet(change)  # and drain, so the stream's own end check runs
         applied += 1
     return mismatched, applied

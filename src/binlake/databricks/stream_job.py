@@ -1,6 +1,6 @@
 """What the Lakeflow pipeline's binlog source needs: the same `job` option `binlake stream` builds.
 
-`binlake_binlog` (spark/sources.py) reads one JSON option `job`: the connection without the password
+`binlake_binlog` (spark/binlog_source.py) reads one JSON option `job`: the connection without the password
 (that travels in the `password` option, which Spark redacts), the schemas of the captured tables,
 every table's chunks with their high watermarks, the stream's server id, the start position
 min(HW) and whether the server is MariaDB. The local stream (spark/streaming.py) builds it inline;

@@ -167,7 +167,8 @@ def _snapshot_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: 
         time.sleep(0.002 * 2**attempt)
     lw = min(before, at)
     values, folded = _fold_window(params, conn, dialect, schema, split, server_id, lw, at, values)
-    return ChunkResult(split, lw, at, schema.names, encode_columns(schema, values), folded_events=folded)
+    return ChunkResult(split, lw, at, schema.names, encode_columns(schema, values), folded_events=folded,
+                       extra={"status": before, "snapshots": attempt + 1})
 
 
 def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,

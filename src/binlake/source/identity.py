@@ -261,6 +261,6 @@ class Watch:
             created = file_created(self.params, head.file)
             if created is not None:
                 self.lineage.files[head.file] = created
-        # the server's start time goes with the position: a reader meeting another (binlake.spark.sources)
-        # checks the history before it reads
+        # the server's start time goes with the position: a reader meeting another
+        # (binlake.spark.binlog_source) checks the history before it reads
         return {**head.to_dict(), "created": created, "started": round(self.started)}

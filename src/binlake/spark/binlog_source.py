@@ -1,0 +1,398 @@
+"""The PySpark streaming source `binlake_binlog`: offsets are binlog positions, a micro-batch is the
+row changes of the captured tables between two of them, handed to Spark as Arrow batches of
+bronze's flat change rows. It translates Spark's calls into calls on binlog_reader, handover and
+failover; the snapshot source and the batches' shape are `binlake.spark.sources`.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from binlake import faults
+from binlake.bronze import CHANGES
+from binlake.offsets import BinlogPosition
+from binlake.spark.sources import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
+
+
+@dataclass
+class BinlogRange(InputPartition):
+    start: dict[str, Any]
+    end: dict[str, Any]
+
+
+class BinlogReader(DataSourceStreamReader):
+    """Offsets are `{"file": ..., "pos": ...}` at transaction boundaries (the server's head when a
+    micro-batch is planned), so a replayed batch reads exactly the same events again.
+
+    With the job's `gtid_offsets` (the Lakeflow pipeline, which keeps no record files of its own), each
+    offset also carries the GTID state at its position (`gtids`, `complete`), and after a failover the
+    server it lies on (`lineage`): when `source.hostname` comes to lead to another server of the same
+    replication topology, the reader follows it from the GTID state of the batch's start
+    (binlake.failover), and a restarted query knows the server from its checkpoint's offsets."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.job = json.loads(options["job"])
+        self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
+        # the newest offset handed out or committed: the start of the next batch where Spark (before
+        # 4.2) does not pass it to latestOffset
+        self.last: dict[str, Any] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        start = dict(self.job["start"])
+        if self.job.get("gtid_offsets"):
+            at = BinlogPosition.from_dict(start)
+            gtids, complete = self._retrying(connection_params(self.options), "reading the GTID state",
+                                             lambda conn: _gtid_state(conn, at, None))
+            start.update(gtids=gtids, complete=complete)
+        return start
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        from binlake.source.dialect import binlog_head
+
+        base = start if start is not None else self.last
+        params = connection_params(self.options)
+        watch = self._watch(params, base)
+
+        def head_now(conn: Any) -> dict[str, Any]:
+            head = binlog_head(conn)
+            until = self.job.get("until")
+            if until is not None and head > BinlogPosition.from_dict(until):
+                head = BinlogPosition.from_dict(until)  # --until-caught-up: nothing past the head at the start
+            offset = watch.offset(conn, head, self._follower(base) if self.job.get("gtid_offsets") else None)
+            if self.job.get("gtid_offsets"):
+                here = BinlogPosition.from_dict(offset)
+                same = base is not None and BinlogPosition.from_dict(base).epoch == here.epoch
+                gtids, complete = _gtid_state(conn, here, base if same else None)
+                offset.update(gtids=gtids, complete=complete)
+                if watch.lineage.epoch > self._lineage(None).epoch:
+                    offset["lineage"] = {k: v for k, v in watch.lineage.to_dict().items() if k != "files"}
+            return offset
+
+        self.last = self._retrying(params, "asking for the binlog head", head_now)
+        return self.last
+
+    def _retrying(self, params: dict[str, Any], what: str, call: Any) -> Any:
+        """`call(conn)` on a connection of its own, retried over lost connections (binlake.reconnect)."""
+        from binlake.reconnect import retrying
+        from binlake.source.connection import connect
+
+        def once() -> Any:
+            conn = connect(params)
+            try:
+                return call(conn)
+            finally:
+                conn.close()
+
+        return retrying(params, float(self.job.get("reconnect_timeout", 0)), what, once)
+
+    def _lineage(self, offset: dict[str, Any] | None) -> Any:
+        """The server `offset` lies on: the job's, or the one a failover carried into the offsets."""
+        from binlake.source.identity import Lineage
+
+        lineage = Lineage.from_dict(self.job["lineage"])
+        carried = (offset or {}).get("lineage")
+        return Lineage.from_dict(carried) if carried and int(carried["epoch"]) > lineage.epoch else lineage
+
+    def _watch(self, params: dict[str, Any], base: dict[str, Any] | None) -> Any:
+        from binlake.source.identity import Watch
+
+        if self.watch is None:
+            self.watch = Watch(params, self._lineage(base), BinlogPosition.from_dict(base or self.job["start"]))
+            if base is not None:
+                self.watch.commit(base)
+        return self.watch
+
+    def _follower(self, base: dict[str, Any] | None) -> Any:
+        """How the watch follows another server: by the GTID state at `base`, the start of the next batch
+        (binlake.failover), or SourceChangedError."""
+        from binlake.failover import follow
+
+        state = None if base is None or "gtids" not in base else {
+            "end": BinlogPosition.from_dict(base).to_dict(), "gtids": base["gtids"], "complete": base["complete"]}
+        patience = float(self.job.get("reconnect_timeout", 0))
+        return lambda conn, lineage, committed, now: follow(conn, lineage, committed, now, state, patience)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogRange]:
+        if BinlogPosition.from_dict(end) <= BinlogPosition.from_dict(start):
+            return []
+        return [BinlogRange(start, end)]
+
+    def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
+        from binlake.handover import Handover
+        from binlake.reconnect import retrying
+        from binlake.schema import TableSchema
+        from binlake.schema_changes import Guard
+        from binlake.source.binlog_reader import read_changes
+        from binlake.source.connection import connect
+        from binlake.source.gtids import Seen
+        from binlake.source.identity import moved
+        from binlake.splits import Split
+
+        params = connection_params(self.options)
+        lineage = self._lineage(partition.end)
+        params["epoch"] = lineage.epoch
+        schemas = {n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()}
+        splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
+        handover = Handover(schemas, splits)
+        patience = float(self.job.get("reconnect_timeout", 0))
+        conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
+        try:
+            # the batch was planned on the server its end offset names; another one now (a failover, a
+            # replaced server), or the same restarted, must still hold the history up to its start
+            stop, only = BinlogPosition.from_dict(partition.end), None
+            if moved(conn, lineage.identity, partition.end.get("started")):
+                lineage, replay = self._moved(conn, params, partition, lineage)
+                if replay is not None:  # planned on a server that is gone: its transactions, by GTID
+                    only, stop = replay
+            params["epoch"] = lineage.epoch
+            handover.bind(conn)
+            # a table snapshotted again after a change starts at its new chunks' high watermarks
+            guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
+                                             if ss and all(s.hw is not None for s in ss)},
+                             self.job.get("patterns"))
+            start, skip = self._start(partition, lineage, only)
+            seen = Seen() if self.job.get("gtid_trailer") else None
+            changes = read_changes(
+                params, int(self.job["server_id"]), start, stop, lambda d, t: f"{d}.{t}" in schemas,
+                reconnect_timeout=patience, ddl=True, on_reopen=lambda: self._reopening(params, partition.start, lineage),
+                seen=seen,
+            )
+            evolver = _evolver(self.job, schemas, splits, start, guard, conn)
+            rows = _rows(changes, schemas, handover, guard, evolver, skip)
+            if seen is not None:  # the GTIDs this batch passed, for the driver's record (spark.streaming)
+                rows = _trailed(rows, partition, seen)
+            yield from _batches(rows)
+        finally:
+            conn.close()
+
+    def _start(self, partition: BinlogRange, lineage: Any, only: Any) -> tuple[BinlogPosition, Skip]:
+        """Where the batch's read begins, and which changes it passes there are not the batch's. A batch
+        from a position on the server before a failover reads on from where that position is on this
+        one, skipping the transactions binlake had (binlake.source.identity)."""
+        from binlake.source.gtids import parse_mariadb, parse_mysql
+
+        start = BinlogPosition.from_dict(partition.start)
+        failover = lineage.failover
+        had, had_epoch = None, None
+        if failover:
+            had_epoch = int(failover["epoch"])
+            had = parse_mysql(failover["applied"]) or parse_mariadb(failover["applied"])
+            if start.epoch < had_epoch:
+                start = BinlogPosition.from_dict(failover["start"])
+        return start, Skip(self.job.get("since"), self.job.get("applied"), had, had_epoch, only)
+
+    def _moved(self, conn: Any, params: dict[str, Any], partition: BinlogRange,
+               lineage: Any) -> tuple[Any, tuple[Any, BinlogPosition] | None]:
+        """The server restarted, or is another one, since the batch was planned. The same one must still
+        hold the history up to the batch's start. Under `gtid_offsets`, another one of the same
+        replication topology serves the batch planned on the server before it by GTID: from after the
+        transactions of the start's state up to the head once it holds the end's, those of the end's
+        state (binlake.failover). The lineage to read under, and those GTIDs (parsed) with that head
+        (None for the same server)."""
+        from binlake.failover import await_state, follow
+        from binlake.source.dialect import Dialect, binlog_head
+        from binlake.source.gtids import parse_mariadb, parse_mysql
+        from binlake.source.identity import identify
+
+        now, _ = identify(conn)
+        start, end = partition.start, partition.end
+        if lineage.identity.same(now) or not self.job.get("gtid_offsets") or "gtids" not in end:
+            self._same_history(params, start, lineage)
+            return lineage, None
+        patience = float(self.job.get("reconnect_timeout", 0))
+        anchor = lineage.anchor(BinlogPosition.from_dict(start), start.get("created"))
+        state = None if "gtids" not in start else {"end": BinlogPosition.from_dict(start).to_dict(),
+                                                   "gtids": start["gtids"],
+                                                   "complete": bool(start["complete"] and end["complete"])}
+        followed = follow(conn, lineage, anchor, now, state, patience)
+        await_state(conn, anchor, str(end["gtids"]), Dialect.of(conn).is_mariadb, patience)
+        head = binlog_head(conn)  # every one of them was written before it
+        only = parse_mysql(str(end["gtids"])) or parse_mariadb(str(end["gtids"]))
+        return followed, (only, BinlogPosition(head.file, head.pos, followed.epoch))
+
+    def _reopening(self, params: dict[str, Any], start: dict[str, Any], lineage: Any) -> None:
+        """Before a lost connection is reopened mid-batch: the same server, holding the history up to the
+        batch's start. Under `gtid_offsets`, another server fails the batch, whose rows so far came
+        from the server before: read again whole (Spark retries the task, a pipeline the flow), it is
+        served by GTID there (`_moved`)."""
+        from binlake.errors import RuntimeFailure
+        from binlake.source.connection import connect
+        from binlake.source.identity import identify
+
+        if self.job.get("gtid_offsets"):
+            conn = connect(params)
+            try:
+                now, _ = identify(conn)
+            finally:
+                conn.close()
+            if not lineage.identity.same(now):
+                raise RuntimeFailure(
+                    f"source.hostname now leads to {now}, not {lineage.identity} this micro-batch began on: the "
+                    "batch is read again, from the new server by GTID, when the stream restarts")
+        self._same_history(params, start, lineage)
+
+    def _same_history(self, params: dict[str, Any], start: dict[str, Any], lineage: Any) -> None:
+        """Before a lost connection is reopened: the server still holds the history up to the batch's
+        start (binlake.source.identity), or SourceChangedError."""
+        from binlake.source.connection import connect
+        from binlake.source.identity import verify
+
+        anchor = lineage.anchor(BinlogPosition.from_dict(start), start.get("created"))
+        conn = connect(params)
+        try:
+            verify(conn, params, anchor)
+        finally:
+            conn.close()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._watch(connection_params(self.options), end).commit(end)
+        self.last = end
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Which row changes in a batch's range are not the batch's to hand over."""
+
+    since: int | None  # startup mode timestamp: changes written before it
+    applied: Any  # a GTID startup position: the transactions it names as already had
+    had: Any  # after a failover: the transactions read from the server before it...
+    had_epoch: int | None  # ...as they come again in the epoch of the failover
+    only: Any  # a batch planned on the server before a failover, read here by GTID: its own transactions
+
+    def __call__(self, change: Any) -> bool:
+        from binlake.source.gtids import contains
+
+        if self.since is not None and change.ts < self.since:
+            return True
+        if self.applied and contains(self.applied, change.gtid):
+            return True
+        if self.had and change.epoch == self.had_epoch and contains(self.had, change.gtid):
+            return True
+        # past the batch's end on the server before the failover: the next batch's
+        return self.only is not None and not contains(self.only, change.gtid)
+
+
+Row = tuple[Any, ...]  # one flat change row: the meta columns (spark.sources.meta_fields), then _row
+
+
+def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard: Any, evolver: Any,
+          skip: Skip) -> Iterator[Row]:
+    """The batch's flat change rows: each row change the handover emits as JSON, a schema version
+    marker where the evolver follows a change, and a stop (SchemaChangedError) where the guard judges
+    one, before any row of the changed table is handed over."""
+    from binlake.evolution import marker_row
+    from binlake.source.binlog_reader import RowChange, split_key_change
+
+    encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
+    dumps = json.JSONEncoder(ensure_ascii=False).encode
+    for change in changes:
+        if not isinstance(change, RowChange):
+            version = evolver.follow(change) if evolver is not None else False
+            if version is False:
+                _judge(guard, evolver, change)
+            elif version is not None:
+                yield (version.table, "s", decimal.Decimal(version.seq), None, version.at.file, version.at.pos,
+                       None, None, None, marker_row(version))
+            continue
+        if skip(change):
+            continue
+        schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
+        encode = encoders.get(id(schema))
+        if encode is None:
+            encode = encoders[id(schema)] = schema.row_encoder()
+        for part in split_key_change(change, schema.key, operator.eq):
+            if not handover.should_emit(part):
+                continue
+            try:
+                text = dumps(encode(part.image))
+            except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
+                raise schema.unconvertible(part.image, exc, "batch") from None
+            yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
+                   None, None, text)
+
+
+def _trailed(rows: Iterator[Row], partition: BinlogRange, seen: Any) -> Iterator[Row]:
+    """The rows, then a trailer with the GTIDs the batch passed (known once they are all read)."""
+    yield from rows
+    yield ("", "g", None, None, None, None, None, None, None, json.dumps(
+        {"start": partition.start, "end": partition.end, "gtids": seen.text(), "complete": seen.complete}))
+
+
+def _batches(rows: Iterator[Row]) -> Iterator[Any]:
+    """Arrow batches of at most BATCH_ROWS rows and about BATCH_BYTES of row text."""
+    import pyarrow as pa
+
+    fields = meta_fields() + [("_row", pa.string())]
+    batch: list[Row] = []
+    size = 0
+    for row in rows:
+        batch.append(row)
+        size += len(row[-1] or "")
+        if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
+            yield arrow_batch(fields, [list(c) for c in zip(*batch)])
+            batch, size = [], 0
+            # a batch may end inside a multi-row event: harmless, since the micro-batch's offsets
+            # (server heads, at transaction boundaries) never do, and a replayed micro-batch reads the
+            # whole event again, each row in its slot
+            faults.point("binlog_batch_handed", row[0])
+    if batch:
+        yield arrow_batch(fields, [list(c) for c in zip(*batch)])
+
+
+def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None) -> tuple[str, bool]:
+    """The GTID state at `position`, from the state at `base` (an earlier offset on the same server) on."""
+    from binlake.failover import state_at
+    from binlake.source.dialect import Dialect
+
+    return state_at(conn, Dialect.of(conn), position, base)
+
+
+def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
+             guard: Any, conn: Any) -> Any:
+    """The reader's schema versions under `stream.schema-changes` other than `fail` (None under `fail`)."""
+    from binlake.evolution import Evolver, Version, column_defaults
+
+    if job.get("schema_changes", "fail") == "fail":
+        return None
+    recorded = {n: [Version.from_dict(v) for v in vs] for n, vs in (job.get("versions") or {}).items()}
+    for name, schema in schemas.items():
+        recorded.setdefault(name, [Version(name, None, schema)])
+    # a change before a table's last chunk's high watermark is inside its snapshot: the guard's
+    snapshot_end = {n: max(s.hw for s in ss) for n, ss in splits.items() if ss and all(s.hw is not None for s in ss)}
+    return Evolver(recorded, start, guard.current, lambda name: column_defaults(conn, *name.split(".", 1)),
+                   lambda name, at: name in schemas and (name not in snapshot_end or at >= snapshot_end[name]))
+
+
+def _judge(guard: Any, evolver: Any, change: Any) -> None:
+    """The guard's verdict on a change the evolver does not follow. A change inside a table's snapshot
+    (between its chunks' high watermarks) is a `SnapshotChangedError`: the snapshot is taken again."""
+    from binlake.errors import SchemaChangedError, SnapshotChangedError
+
+    try:
+        guard.check(change)
+    except SchemaChangedError as changed:
+        if evolver is not None and change.table in evolver.current and not evolver.past(change.table, change.position):
+            raise SnapshotChangedError(changed.message) from None
+        raise
+
+
+class BinlogSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "binlake_binlog"
+
+    def schema(self) -> str:
+        return CHANGES
+
+    def streamReader(self, schema: Any) -> BinlogReader:
+        return BinlogReader(dict(self.options))
+
+
