@@ -48,7 +48,7 @@ _REFUSED_VARIABLES: dict[str, tuple[str, str]] = {
 }
 
 # MySQL's exact chunk read settles its low watermark by waiting for GTIDs (binlake.source.dialect), so
-# it needs gtid_mode=ON; MariaDB reads chunks in a consistent snapshot and has no gtid_mode. gtid_mode
+# it needs gtid_mode=ON; MariaDB settles it by its committed binlog end and has no gtid_mode. gtid_mode
 # rises one step at a time, and only to ON once no anonymous transaction is running.
 _GTID_MODE_FIX = (
     "SET GLOBAL enforce_gtid_consistency='ON', then SET GLOBAL gtid_mode to OFF_PERMISSIVE, "

@@ -83,14 +83,12 @@ class Observed:
     hw: BinlogPosition
     folded: int
     packed: str
-    extra: str = ""  # what the read says of itself (ChunkResult.extra)
 
     @classmethod
     def of(cls, result: ChunkResult) -> Observed:
         lines = [f"{r['id']}\t{_field(r['n'])}\t{_field(r['s'])}" for r in result.rows]
         return cls(_bound(result.split.start), _bound(result.split.end), result.lw, result.hw,
-                   result.folded_events, "\n".join(lines),
-                   " ".join(f"{k}={v}" for k, v in result.extra.items()))
+                   result.folded_events, "\n".join(lines))
 
     def rows(self) -> dict[int, Row]:
         out: dict[int, Row] = {}
@@ -353,7 +351,7 @@ class Report:
         )]
         for m in self.mismatched[:10]:
             o = m.observed
-            lines.append(f"  chunk [{o.start}, {o.end}) lw={o.lw} hw={o.hw} folded={o.folded} {o.extra}: "
+            lines.append(f"  chunk [{o.start}, {o.end}) lw={o.lw} hw={o.hw} folded={o.folded}: "
                          f"{len(m.differences)} keys differ")
             for d in m.differences[:10]:
                 lines.append(f"    {d}, {d.when(o.lw, o.hw)}, {d.after or 'not changed after hw'}")

@@ -123,10 +123,9 @@ def test_every_chunk_equals_the_binlog_at_its_hw(source: Source) -> None:
     """Zero mismatches, zero failed reads.
 
     A mismatch whose differing keys were last changed before LW points at the low watermark (the
-    SELECT did not see a transaction the position claims); between LW and HW, at the fold. On
-    MariaDB 10.11.19 the consistent-snapshot read has failed here about once in 2000-6000 reads (with
-    and without the fsync delay): `binlog_snapshot_position` at the end of a group commit whose
-    transactions the snapshot's SELECT did not see."""
+    SELECT did not see a transaction the settled position claims); between LW and HW, at the fold.
+    The report names each differing key's next change after HW too: a change just after HW that the
+    chunk already holds points at a SELECT that saw past its HW."""
     reads = reads_for(source.server)
     report = run_oracle(source, reads)
     assert report.chunks >= reads, str(report)
@@ -134,20 +133,11 @@ def test_every_chunk_equals_the_binlog_at_its_hw(source: Source) -> None:
     assert not report.mismatched, str(report)
 
 
-def _force_fold_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """MariaDB's exact read is a consistent snapshot with no fold; this sends it down the settled-LW
-    path instead, whose settle is a no-op there -- binlake's old status-watermark read."""
-    monkeypatch.setattr(Dialect, "snapshot_method", property(lambda self: "settled-gtids"))
-
-
 @pytest.mark.slow
 @mutation
 def test_oracle_catches_a_skipped_fold(source: Source, monkeypatch: pytest.MonkeyPatch) -> None:
     """The SELECT's rows emitted as the state at HW: every write between them is missed. Measured in two
-    runs: MySQL 290 of 301 and 386 of 401 reads mismatched, MariaDB (sent down the fold path) 220 of
-    301 and 254 of 401."""
-    if source.server == "mariadb":
-        _force_fold_path(monkeypatch)
+    runs: MySQL 290 of 301 and 386 of 401 reads mismatched, MariaDB 220 of 301 and 254 of 401."""
     monkeypatch.setattr(chunk_reader, "_folded", lambda schema, values, member, changes: values)
     report = run_oracle(source, MUTATION_READS)
     assert report.mismatched, str(report)
@@ -163,10 +153,7 @@ def test_oracle_catches_the_status_watermark(source: Source, monkeypatch: pytest
     (107 of 301, 189 of 401); MariaDB 10.11 in about 1% (3 of 301, 14 of 1501 twice), so MariaDB reads
     1500 chunks (two to four minutes) for an expected 14 mismatches -- 400 would miss them all about
     once in fifty runs."""
-    if source.server == "mariadb":
-        _force_fold_path(monkeypatch)
-    else:
-        monkeypatch.setattr(Dialect, "settle", lambda self, conn, timeout: None)
+    monkeypatch.setattr(Dialect, "settle", lambda self, conn, lw, timeout: None)
     report = run_oracle(source, max(MUTATION_READS, 1500 if source.server == "mariadb" else 0))
     assert report.mismatched, str(report)
 
@@ -179,9 +166,9 @@ def test_oracle_catches_a_low_watermark_taken_after_the_select(source: Source,
     write committed after the SELECT's view and before that head is neither selected nor folded.
 
     The position object the read already holds is changed in place (BinlogPosition is frozen, so with
-    object.__setattr__): the fold path's LW as `_low_watermark` returns it, or, on MariaDB's
-    consistent read, the snapshot position the read builds (LW = HW there). Measured in two runs:
-    MySQL 301 of 301 and 401 of 401 reads mismatched, MariaDB 299 of 301 and 401 of 401."""
+    object.__setattr__): the LW `_low_watermark` returns. Measured in two runs: MySQL 301 of 301 and
+    401 of 401 reads mismatched, MariaDB (then read by its snapshot position) 299 of 301 and 401 of
+    401."""
     class Pending(threading.local):
         position: BinlogPosition | None = None  # the position the read on this thread will use
 
@@ -191,10 +178,6 @@ def test_oracle_catches_a_low_watermark_taken_after_the_select(source: Source,
     def low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: Any) -> BinlogPosition:
         lw = pending.position = real_low_watermark(params, conn, dialect, split)
         return lw
-
-    def position(file: str, pos: int) -> BinlogPosition:
-        at = pending.position = BinlogPosition(file, pos)
-        return at
 
     def select(params: dict[str, Any], schema: TableSchema, split: Any, cur: Any = None) -> list[Any]:
         values = real_select(params, schema, split, cur)
@@ -208,7 +191,6 @@ def test_oracle_catches_a_low_watermark_taken_after_the_select(source: Source,
         return values
 
     monkeypatch.setattr(chunk_reader, "_low_watermark", low_watermark)
-    monkeypatch.setattr(chunk_reader, "BinlogPosition", position)
     monkeypatch.setattr(chunk_reader, "_select", select)
     report = run_oracle(source, MUTATION_READS)
     assert report.mismatched, str(report)

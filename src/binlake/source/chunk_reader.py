@@ -1,8 +1,10 @@
 """Reading one chunk without locks: low watermark, SELECT, high watermark, fold the gap.
 
-    1. LW := a binlog position every transaction before which the SELECT sees (the dialect's exact
-       method: never the status command alone, see `binlake.source.dialect`)
-    2. SELECT the chunk's rows into a buffer keyed by row identity
+    1. LW := a binlog position every transaction before which the SELECT sees (the status position,
+       settled by the dialect's exact method: never the status command alone, see
+       `binlake.source.dialect`)
+    2. SELECT the chunk's rows into a buffer keyed by row identity (on MariaDB inside a consistent
+       snapshot, so its view never holds half a group commit)
     3. HW := current binlog position
     4. if HW > LW: fold every row event of this table between LW and HW whose key lies in the chunk
        into the buffer -- insert/update put the after image, delete drops the key
@@ -10,8 +12,6 @@
 
 Rows written while the SELECT runs may or may not be in its result; either way the fold replays
 them on top, and because the fold applies them in binlog order the buffer ends at HW's state.
-On MariaDB the SELECT runs in a consistent snapshot whose position is HW, and LW is the status
-position read before it (see `_snapshot_read`).
 `Hooks` let tests run SQL exactly after LW, after the SELECT and before HW to force those races.
 """
 
@@ -31,7 +31,7 @@ from binlake.chunking import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
 from binlake.schema_changes import Guard
-from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, epoch_of, select_rows
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, select_rows
 from binlake.source.dialect import Dialect
 from binlake.splits import Split
 
@@ -113,9 +113,8 @@ def read_chunk(
     hooks: Hooks | None = None,
     dialect: Dialect | None = None,
 ) -> ChunkResult:
-    """The chunk's exact state at its high watermark, read by the server's exact method (see
-    `binlake.source.dialect`): the status position, a consistent snapshot at HW and the fold
-    between them (MariaDB), or a settled LW, the SELECT, HW and the fold of LW..HW (MySQL)."""
+    """The chunk's exact state at its high watermark: a settled LW (the server's exact method, see
+    `binlake.source.dialect`), the SELECT, HW and the fold of LW..HW."""
     hooks = hooks or Hooks()
     began = time.monotonic()
     conn = connect(params)
@@ -123,10 +122,7 @@ def read_chunk(
         dialect = dialect or Dialect.of(conn)
         if schema.multiset:
             return read_multiset_chunk(params, conn, dialect, schema, split, server_id, hooks, began)
-        if dialect.snapshot_method == "consistent-snapshot":
-            result = _snapshot_read(params, conn, dialect, schema, split, server_id, hooks)
-        else:
-            result = _folded_read(params, conn, dialect, schema, split, server_id, hooks)
+        result = _folded_read(params, conn, dialect, schema, split, server_id, hooks)
     finally:
         conn.close()
     result.seconds = time.monotonic() - began
@@ -137,38 +133,9 @@ def _low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: S
     """A position every transaction before which the next SELECT sees (the dialect's settle)."""
     lw = dialect.head(conn)
     # half the read timeout, so the server answers the wait before the socket gives up on it
-    dialect.settle(conn, float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT) / 2)
+    dialect.settle(conn, lw, float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT) / 2)
     log.info("split %s: low watermark %s", split.id, lw)
     return lw
-
-
-# consistent snapshots a MariaDB chunk read takes, at most, waiting for one past its status position
-SNAPSHOT_ATTEMPTS = 4
-
-
-def _snapshot_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
-                   server_id: int, hooks: Hooks) -> ChunkResult:
-    """MariaDB: the SELECT inside a consistent snapshot at position S, with the changes between the
-    status position P read before it and S folded in.
-
-    The snapshot's position alone is not exact: under sync_binlog=1 and a slow disk, the chunk oracle
-    found reads (about 1 in 2,000 to 6,000) whose snapshot missed the group commit ending exactly at S.
-    Every group written before P (read under the binlog's lock, so at a group boundary) ends before a
-    group ending at S > P, so folding P..S over the snapshot's rows repairs that group. When S is not
-    past P (an idle server, or groups written but not yet committed), the snapshot is taken again
-    after a short pause, a few times; an idle server's last group has long been visible by then.
-    """
-    before = dialect.head(conn)
-    log.info("split %s: status position %s", split.id, before)
-    for attempt in range(SNAPSHOT_ATTEMPTS):
-        at, values = _consistent_read(params, schema, split, hooks if attempt == 0 else Hooks())
-        if at > before or attempt == SNAPSHOT_ATTEMPTS - 1:
-            break
-        time.sleep(0.002 * 2**attempt)
-    lw = min(before, at)
-    values, folded = _fold_window(params, conn, dialect, schema, split, server_id, lw, at, values)
-    return ChunkResult(split, lw, at, schema.names, encode_columns(schema, values), folded_events=folded,
-                       extra={"status": before, "snapshots": attempt + 1})
 
 
 def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
@@ -199,7 +166,7 @@ def _folded_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Ta
     faults.point("after_low_watermark", split.id)
     if hooks.after_low_watermark:
         hooks.after_low_watermark()
-    values = _select(params, schema, split)
+    values = _select_rows(params, dialect, schema, split)
     log.info("split %s: selected %d rows", split.id, len(values))
     if hooks.after_select:
         hooks.after_select()
@@ -222,6 +189,24 @@ def _folded(schema: TableSchema, values: list[tuple[Any, ...]], member: Membersh
     for change in changes:
         _fold(schema, buffer, member, change)
     return [tuple(row.get(n) for n in names) for row in buffer.values()]
+
+
+def _select_rows(params: dict[str, Any], dialect: Dialect, schema: TableSchema, split: Split) -> list[Any]:
+    """The chunk's rows, selected after the settled LW: on a connection of its own, in a consistent
+    snapshot where the dialect asks for one (MariaDB)."""
+    if not dialect.snapshot_select:
+        return _select(params, schema, split)
+    conn = bulk_connect(params)
+    try:
+        cur = conn.cursor()
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        try:
+            return _select(params, schema, split, cur)
+        finally:
+            cur.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 def _select(params: dict[str, Any], schema: TableSchema, split: Split, cur: Any = None) -> list[Any]:
@@ -261,7 +246,7 @@ def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: Bi
                         ddl=ddl)
 
 
-# chunk reads of a key-less table on a server without binlog_snapshot_position, before giving up
+# chunk reads of a key-less table, before giving up
 MULTISET_ATTEMPTS = 20
 
 
@@ -271,48 +256,13 @@ def read_multiset_chunk(params: dict[str, Any], conn: Any, dialect: Dialect, sch
     that may repeat), read as the exact state at one binlog position.
 
     The fold cannot be used: identical rows are told apart only by their number, and replaying an
-    insert the SELECT already saw would count it twice. MariaDB's consistent snapshot needs no fold.
-    Elsewhere the chunk is read between a settled LW and HW and read again until no row event of the
-    table between them touches the chunk (its SELECT then is the state at HW).
+    insert the SELECT already saw would count it twice. So the chunk is read between a settled LW and
+    HW, and read again until no row event of the table between them touches the chunk (its SELECT
+    then is the state at HW).
     """
-    if dialect.snapshot_method == "consistent-snapshot":
-        lw, values = _consistent_read(params, schema, split, hooks)
-        hw = lw
-    else:
-        lw, hw, values = _quiet_read(params, conn, dialect, schema, split, server_id, hooks)
+    lw, hw, values = _quiet_read(params, conn, dialect, schema, split, server_id, hooks)
     log.info("split %s: %d rows at %s", split.id, len(values), hw)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began)
-
-
-def _consistent_read(params: dict[str, Any], schema: TableSchema, split: Split,
-                     hooks: Hooks) -> tuple[BinlogPosition, list[Any]]:
-    """The chunk inside `START TRANSACTION WITH CONSISTENT SNAPSHOT`, whose binlog position
-    (`binlog_snapshot_file`, `binlog_snapshot_position`) is exactly the state the SELECT sees -- a
-    lock-free MVCC read, the one `mariadb-dump --single-transaction --master-data` relies on."""
-    conn = bulk_connect(params)
-    try:
-        cur = conn.cursor()
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        try:
-            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-            status = {str(k).lower(): v for k, v in cur.fetchall()}
-            at = BinlogPosition(str(status["binlog_snapshot_file"]), int(status["binlog_snapshot_position"]),
-                                epoch_of(conn))
-            log.info("split %s: consistent snapshot at %s", split.id, at)
-            faults.point("after_low_watermark", split.id)
-            if hooks.after_low_watermark:
-                hooks.after_low_watermark()  # not seen by the SELECT: it reads the snapshot
-            values = _select(params, schema, split, cur)
-            if hooks.after_select:
-                hooks.after_select()
-            if hooks.before_high_watermark:
-                hooks.before_high_watermark()
-        finally:
-            cur.execute("COMMIT")
-    finally:
-        conn.close()
-    return at, values
 
 
 def _quiet_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
@@ -323,7 +273,7 @@ def _quiet_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Tab
         faults.point("after_low_watermark", split.id)
         if hooks.after_low_watermark:
             hooks.after_low_watermark()
-        values = _select(params, schema, split)
+        values = _select_rows(params, dialect, schema, split)
         if hooks.after_select:
             hooks.after_select()
         if hooks.before_high_watermark:
