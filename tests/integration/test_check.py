@@ -178,7 +178,7 @@ def test_server_version(dev_db: DevDb, spare_datadir: Path, reported: str, expec
 
 def test_gtid_mode_off_on_mysql(scratch_db: DevDb) -> None:
     if scratch_db.server != "mysql":
-        pytest.skip("MariaDB has no gtid_mode: its chunk reads use a consistent snapshot, not GTIDs")
+        pytest.skip("MariaDB has no gtid_mode: its chunk reads settle by its committed binlog end, not GTIDs")
     cfg = cfg_for(scratch_db.running_port())
     steps = ["ON_PERMISSIVE", "OFF_PERMISSIVE", "OFF"]
     with scratch_db.connect() as conn, conn.cursor() as cur:

@@ -1,9 +1,8 @@
 """The chunk read against the real server: a chunk read equals the chunk's state at its HW.
 
-On MariaDB the read is a consistent snapshot, taken again until its position passes the status
-position read before it, with the changes between folded in; on MySQL the racing writes land between
-a settled LW and HW and the fold replays them. Either way the rows are the state at HW, which here
-(no write after the read) is the table's state when the read returns."""
+On both servers the racing writes land between a settled LW and HW (MariaDB selects inside a
+consistent snapshot) and the fold replays them, so the rows are the state at HW, which here (no write
+after the read) is the table's state when the read returns."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import deltalake
 import pyarrow
+import pytest
 
 from binlake.config import Config
 from binlake.target import Target
@@ -64,6 +65,7 @@ def _check(cfg: Config, dev_db: Any, database: str, step: str) -> None:
         assert types["d"] == pyarrow.decimal128(12, 2), types
 
 
+@pytest.mark.slow  # two minutes a server; what it checks is the lake side, which no server changes
 def test_delta_rs_reads_silver_and_bronze_after_each_schema_change(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     execute(dev_db, database, "CREATE TABLE rd (id INT PRIMARY KEY, v INT, s VARCHAR(10), d DECIMAL(6,2))",

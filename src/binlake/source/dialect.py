@@ -98,9 +98,9 @@ class Dialect:
 
     @property
     def snapshot_select(self) -> bool:
-        """Whether a chunk's SELECT runs in `START TRANSACTION WITH CONSISTENT SNAPSHOT`: on MariaDB,
-        whose settle reads the committed end without the group commit's lock (see the module
-        docstring)."""
+        """Whether a chunk's SELECT runs in `START TRANSACTION WITH CONSISTENT SNAPSHOT`: on MariaDB, so
+        its view is taken under the lock a group commit holds while its transactions commit, never
+        inside a group its settle saw committed (see the module docstring)."""
         return self.is_mariadb
 
     @property
