@@ -26,7 +26,7 @@ bench: setup
 # the source killed mid-snapshot and mid-stream on both servers.
 soak: setup
 	BINLAKE_ORACLE_READS=$${BINLAKE_ORACLE_READS:-20000} BINLAKE_ORACLE_MUTATIONS=1 \
-		.venv/bin/python -m pytest -q -s tests/integration/test_chunk_oracle.py
+		BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -s tests/integration/test_chunk_oracle.py
 	BINLAKE_SOAK_RUNS=$${BINLAKE_SOAK_RUNS:-20} BINLAKE_FSYNC_DELAY_US=20000 \
 		.venv/bin/python -m pytest -q -s tests/integration/test_sustained_writes.py
 	BINLAKE_KILLS=$${BINLAKE_KILLS:-200} BINLAKE_KILL_SERVERS=mariadb,mysql \
