@@ -49,11 +49,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if server is not None and server not in SLOW_SERVERS and item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.skip(reason=f"slow on {server}: runs when BINLAKE_TEST_SLOW_SERVERS "
                                                     f"includes {server} (make test-{server})"))
-    # the modules with slow tests to run first and the unit tests last, so that the two pytest-xdist
+    # the modules with slow (or `long`) tests to run first and the unit tests last, so that the two pytest-xdist
     # workers, each handed the next test as it frees up, end on short tests together rather than one
     # of them alone on a long one (module order is kept otherwise, and each module's own)
-    slow = {item.module.__name__ for item in items
-            if item.get_closest_marker("slow") and not item.get_closest_marker("skip")}
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("long")
+            or (item.get_closest_marker("slow") and not item.get_closest_marker("skip"))}
     items.sort(key=lambda item: 0 if item.module.__name__ in slow else 1 if "integration" in item.nodeid else 2)
 
 

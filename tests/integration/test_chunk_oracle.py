@@ -119,6 +119,7 @@ def reads_for(server: Server) -> int:
     return int(os.environ.get("BINLAKE_ORACLE_READS") or CI_READS[server])
 
 
+@pytest.mark.long
 def test_every_chunk_equals_the_binlog_at_its_hw(source: Source) -> None:
     """Zero mismatches, zero failed reads.
 

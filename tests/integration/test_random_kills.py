@@ -52,6 +52,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     db.stop()
 
 
+@pytest.mark.long
 def test_kill_at_random_moments_then_catch_up(server: Any, spark: Any, tmp_path: Path) -> None:
     port = server.running_port()
     database = "kills"
