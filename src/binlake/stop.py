@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -45,9 +46,16 @@ def install() -> None:
 
 def done() -> None:
     """binlake is exiting: a further signal has nothing left to stop (the exit waits a bounded time
-    for Spark's JVM to end; `binlake.spark.jvm`)."""
+    for Spark's JVM to end; `binlake.spark.jvm`), and what py4j logs from here on is a call the exit
+    cut (a micro-batch a second signal abandoned, its JVM going away), not binlake's to print."""
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_not_py4j)
+
+
+def _not_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 @contextlib.contextmanager
