@@ -160,8 +160,9 @@ def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Ta
     return values, folded
 
 
-def _folded_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
-                 server_id: int, hooks: Hooks) -> ChunkResult:
+def _between_watermarks(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+                        hooks: Hooks) -> tuple[BinlogPosition, list[Any], BinlogPosition]:
+    """A settled LW, the chunk's SELECT and HW, with the tests' hooks between them."""
     lw = _low_watermark(params, conn, dialect, split)
     faults.point("after_low_watermark", split.id)
     if hooks.after_low_watermark:
@@ -174,6 +175,12 @@ def _folded_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Ta
         hooks.before_high_watermark()
     hw = dialect.head(conn)
     log.info("split %s: high watermark %s", split.id, hw)
+    return lw, values, hw
+
+
+def _folded_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+                 server_id: int, hooks: Hooks) -> ChunkResult:
+    lw, values, hw = _between_watermarks(params, conn, dialect, schema, split, hooks)
     values, folded = _fold_window(params, conn, dialect, schema, split, server_id, lw, hw, values)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), folded_events=folded)
 
@@ -269,16 +276,7 @@ def _quiet_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Tab
                 server_id: int, hooks: Hooks) -> tuple[BinlogPosition, BinlogPosition, list[Any]]:
     member = Membership(KeyOrder(schema, conn), split)
     for attempt in range(1, MULTISET_ATTEMPTS + 1):
-        lw = _low_watermark(params, conn, dialect, split)
-        faults.point("after_low_watermark", split.id)
-        if hooks.after_low_watermark:
-            hooks.after_low_watermark()
-        values = _select_rows(params, dialect, schema, split)
-        if hooks.after_select:
-            hooks.after_select()
-        if hooks.before_high_watermark:
-            hooks.before_high_watermark()
-        hw = dialect.head(conn)
+        lw, values, hw = _between_watermarks(params, conn, dialect, schema, split, hooks)
         if hw == lw or not any(
             (c.before is not None and c.before in member) or (c.after is not None and c.after in member)
             for c in _changes(params, schema, server_id, lw, hw, dialect)

@@ -177,13 +177,16 @@ class Dialect:
         rotation or a checkpoint event)."""
         began = time.monotonic()
         pause = 0.0005
+        listed = None  # the committed end the binlog was last listed from: listed again only once it moves
         while True:
             committed = self.committed_position(conn, lw.epoch)
             if committed >= lw:
                 return
             waited = time.monotonic() - began
-            if waited >= COMMIT_POLL_S and not transactions_between(conn, committed, lw):
-                return
+            if waited >= COMMIT_POLL_S and committed != listed:
+                if not transactions_between(conn, committed, lw):
+                    return
+                listed = committed
             if waited >= timeout:
                 raise RuntimeFailure(
                     f"the transactions the binlog holds between {committed} and {lw} stayed uncommitted for "

@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from binlake import faults
 from binlake.bronze import CHANGES
 from binlake.offsets import BinlogPosition
+from binlake.source.gtids import contains
 from binlake.spark.sources import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
 
 
@@ -268,8 +269,6 @@ class Skip:
     only: Any  # a batch planned on the server before a failover, read here by GTID: its own transactions
 
     def __call__(self, change: Any) -> bool:
-        from binlake.source.gtids import contains
-
         if self.since is not None and change.ts < self.since:
             return True
         if self.applied and contains(self.applied, change.gtid):
