@@ -2,13 +2,17 @@
 whole session, and every test that takes `dev_db` runs against each (`BINLAKE_TEST_SERVERS` narrows
 the list, for example `mysql`).
 
-Which tests run on which server: every test but the slow ones on both servers; the slow ones
-(marker `slow`: the kill-and-restart chains and volume runs, each over about 40 s) on one server,
-chosen by the day of the year (even: MariaDB, odd: MySQL), so each server has them every other day.
-BINLAKE_TEST_SLOW_SERVERS names the servers instead (`make test-mysql` sets `mysql`: the whole
-integration suite on MySQL alone; `mariadb,mysql` runs them on both). On a 2-core machine the slow
-tests on both servers would take `make test` far past its 30 minutes, while the fast ones still cover
-what differs between the servers: their statements, chunk reads, binlog decoding and collations.
+Which tests run on which server: every test but the slow ones on both servers. The slow ones (marker
+`slow`: the kill-and-restart chains and volume runs, each over about 40 s) take turns over a
+ROTATION-day cycle: each runs every fifth day, alternately on MariaDB and on MySQL, and each day runs
+one fifth of them on one server, dealt by their measured seconds (SLOW_SECONDS) so the days weigh
+about the same. The random-kill chain (marker `long`) runs every day, on the other server
+(`DAY_SERVER`). With every slow test on one server each day, `make test` took 40 minutes on MariaDB
+days and 50 on MySQL days, past its 30; the fast ones still cover what differs between the servers
+every day: their statements, chunk reads, binlog decoding and collations.
+BINLAKE_TEST_SLOW_SERVERS runs every slow test on the servers it names instead (`make test-mysql`
+sets `mysql`; `mariadb,mysql` runs all of them on both); BINLAKE_TEST_DAY replays another day's
+choice (a day of the year).
 
 `make test` runs the suite in two pytest-xdist processes, each handed the next test as it frees up;
 each process starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
@@ -17,6 +21,7 @@ each process starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -30,10 +35,40 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DATADIR = Path(os.environ.get("BINLAKE_TEST_DATADIR") or ROOT / ".binlake") / os.environ.get(
     "PYTEST_XDIST_WORKER", "")
 SERVERS = [s for s in os.environ.get("BINLAKE_TEST_SERVERS", "mariadb,mysql").split(",") if s]
-# the servers the slow tests run on (see the module docstring)
-SLOW_SERVERS = {s for s in os.environ.get("BINLAKE_TEST_SLOW_SERVERS", "").split(",") if s} or {
-    "mariadb" if dt.date.today().timetuple().tm_yday % 2 == 0 else "mysql"}
 KNOWN_SERVERS = ("mariadb", "mysql")
+DAY = int(os.environ.get("BINLAKE_TEST_DAY") or dt.date.today().timetuple().tm_yday)
+# the servers named to run every slow test (see the module docstring); none: the rotation decides
+NAMED_SLOW_SERVERS = {s for s in os.environ.get("BINLAKE_TEST_SLOW_SERVERS", "").split(",") if s}
+ROTATION = 10
+# each day the rotation's slow tests run on one server (see slow_runs_today): the daily long tests run
+# on the other, so that no day has both of MySQL's longer halves
+DAY_SERVER = "mysql" if -DAY % ROTATION < ROTATION // 2 else "mariadb"
+SLOW_SERVERS = NAMED_SLOW_SERVERS or {DAY_SERVER}
+# seconds each slow test took on MariaDB (node id without the server; MySQL's take about 1.7 times as
+# long), to spread them over the rotation's days: scripts/slow_seconds.py writes it from a junit report
+SLOW_SECONDS = Path(__file__).with_name("slow_seconds.json")
+
+
+def slow_runs_today(name: str, server: str, turns: dict[str, int]) -> bool:
+    """Whether the slow test `name` (its node id without the server) runs on `server` today."""
+    if NAMED_SLOW_SERVERS:
+        return server in NAMED_SLOW_SERVERS
+    turn = (DAY + turns[name]) % ROTATION
+    return turn == (0 if server == "mariadb" else ROTATION // 2)
+
+
+def slow_turns(names: set[str]) -> dict[str, int]:
+    """Each slow test's place in the rotation, dealt so the days carry about the same seconds: the
+    longest first, each to the place with the fewest seconds so far (by SLOW_SECONDS, a test not in it
+    counted as a minute)."""
+    measured = json.loads(SLOW_SECONDS.read_text())
+    seconds = {name: float(measured.get(name, 60)) for name in names}
+    load = [0.0] * (ROTATION // 2)
+    turns: dict[str, int] = {}
+    for name in sorted(names, key=lambda name: (-seconds[name], name)):
+        turns[name] = min(range(len(load)), key=lambda i: load[i])
+        load[turns[name]] += seconds[name]
+    return turns
 
 
 def _server(item: pytest.Item) -> str | None:
@@ -44,11 +79,13 @@ def _server(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        server = _server(item)
-        if server is not None and server not in SLOW_SERVERS and item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.skip(reason=f"slow on {server}: runs when BINLAKE_TEST_SLOW_SERVERS "
-                                                    f"includes {server} (make test-{server})"))
+    slow_items = [(item, server) for item in items if item.get_closest_marker("slow")
+                  and (server := _server(item)) is not None]
+    turns = slow_turns({item.nodeid.replace(server, "") for item, server in slow_items})
+    for item, server in slow_items:
+        if not slow_runs_today(item.nodeid.replace(server, ""), server, turns):
+            item.add_marker(pytest.mark.skip(reason=f"slow on {server}: not its turn today (day {DAY}), runs when "
+                                                    f"BINLAKE_TEST_SLOW_SERVERS includes {server} (make test-{server})"))
     # the modules with slow (or `long`) tests to run first and the unit tests last, so that the two pytest-xdist
     # workers, each handed the next test as it frees up, end on short tests together rather than one
     # of them alone on a long one (module order is kept otherwise, and each module's own)

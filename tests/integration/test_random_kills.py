@@ -4,9 +4,9 @@ the writers stop and one run catches up, silver equals the source.
 
 The kill times come from a seeded generator and are printed with any failure (and kept in
 `kills.log` in the test's folder), so a failing sequence can be replayed: BINLAKE_KILL_SEED=<seed>.
-`make test` runs BINLAKE_KILLS=20 on the server the slow tests run on today (tests/conftest.py: by the
-day of the year, so both are covered on alternate days); BINLAKE_KILL_SERVERS=mariadb,mysql runs both,
-and `make soak` runs 200 kills on each.
+`make test` runs BINLAKE_KILLS=20 on one server a day (tests/conftest.py's DAY_SERVER: MariaDB and
+MySQL in turn, five days each); BINLAKE_KILL_SERVERS=mariadb,mysql runs both, and `make soak` runs 200
+kills on each.
 """
 
 from __future__ import annotations
