@@ -1,12 +1,16 @@
-.PHONY: setup test test-mysql unit demo bench soak clean dev-db-stop
+.PHONY: setup test test-all test-mysql unit demo bench soak clean dev-db-stop
 
 setup:
 	@bash scripts/setup.sh
 
-# every test on both servers, the slow ones on one a day (tests/conftest.py says why), in two processes
+# every test on both servers, the slow ones in turns of five days (tests/conftest.py says why), in two processes
 # (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests
+
+# every test, the slow ones on both servers (over an hour on 2 cores)
+test-all: setup
+	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests
 
 # the whole integration suite on MySQL alone, slow tests included
 test-mysql: setup
