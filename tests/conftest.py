@@ -79,11 +79,12 @@ def _server(item: pytest.Item) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    slow_items = [(item, server) for item in items if item.get_closest_marker("slow")
-                  and (server := _server(item)) is not None]
-    turns = slow_turns({item.nodeid.replace(server, "") for item, server in slow_items})
-    for item, server in slow_items:
-        if not slow_runs_today(item.nodeid.replace(server, ""), server, turns):
+    # each slow item with its server and its name without it (the key of SLOW_SECONDS)
+    slow_items = [(item, server, item.nodeid.replace(server, "")) for item in items
+                  if item.get_closest_marker("slow") and (server := _server(item)) is not None]
+    turns = slow_turns({name for _, _, name in slow_items}) if not NAMED_SLOW_SERVERS else {}
+    for item, server, name in slow_items:
+        if not slow_runs_today(name, server, turns):
             item.add_marker(pytest.mark.skip(reason=f"slow on {server}: not its turn today (day {DAY}), runs when "
                                                     f"BINLAKE_TEST_SLOW_SERVERS includes {server} (make test-{server})"))
     # the modules with slow (or `long`) tests to run first and the unit tests last, so that the two pytest-xdist
