@@ -94,9 +94,9 @@ def measure(config: str, port: str) -> dict[str, Any]:
     """In the child process: time binlake's writes on rows already cached in the JVM."""
     from pyspark.sql import functions as F
 
-    from binlake import bronze, silver
+    from binlake.lake import bronze, silver
     from binlake.config import load
-    from binlake.pipeline import Context
+    from binlake.capture.pipeline import Context
 
     began = time.monotonic()
     ctx = Context(load(config, [f"source.port={port}"]))  # this run's server, not the one that wrote config

@@ -120,7 +120,7 @@ class Source:
 
 
 def start_source() -> Source:
-    from binlake.devdb import DevDb
+    from binlake.commands.devdb import DevDb
 
     db = DevDb(datadir=DATADIR, server_id=1)
     port = db.start()

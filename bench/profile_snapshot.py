@@ -2,7 +2,7 @@
 
 1. cProfile of one chunk read in-process (binlake.source.chunk_reader.read_chunk, then the JSON encoding the
    Spark data source applies to each row): the Python decode/encode cost per row.
-2. One snapshot run in-process with each step of binlake.pipeline.read_group/finish_chunks timed:
+2. One snapshot run in-process with each step of binlake.capture.pipeline.read_group/finish_chunks timed:
    the Delta reads and writes per group of chunks against the rows they carry.
 
 Uses the benchmark's MariaDB and a `bench_profile.customer` table of PROFILE_ROWS rows (default 150,000:
@@ -49,8 +49,9 @@ def profile_chunk(params: dict[str, Any], schema: Any, split: Any) -> tuple[floa
 
 def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
     """Wrap the pipeline's Delta steps with timers; returns the timings and an undo function."""
-    from binlake import bronze, pipeline, silver
-    from binlake.spark import state
+    from binlake.lake import bronze, silver
+    from binlake.capture import pipeline
+    from binlake.lake import split_state as state
 
     timings: dict[str, list[float]] = defaultdict(list)
     patched: list[tuple[Any, str, Any]] = []
@@ -98,8 +99,9 @@ def main() -> int:
     try:
         harness.create_customer(source, DATABASE, rows)
         cfg_path, _lake = harness.write_config("profile", source, [rf"{DATABASE}\.customer"])
-        from binlake import config, pipeline
-        from binlake.chunking import plan_ranges
+        from binlake import config
+        from binlake.capture import pipeline
+        from binlake.capture.chunking import plan_ranges
         from binlake.source.connection import connect
         from binlake.source.catalog import load_schema
         from binlake.splits import Split

@@ -97,7 +97,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", params=SERVERS)
 def dev_db(request: pytest.FixtureRequest) -> Iterator["object"]:
-    from binlake.devdb import DevDb
+    from binlake.commands.devdb import DevDb
 
     db = DevDb(datadir=TEST_DATADIR / f"test-{request.param}", server_id=1, server=request.param)
     db.start()

@@ -31,7 +31,7 @@ def _load(args: argparse.Namespace) -> config_mod.Config:
 
 
 def cmd_dev_db(args: argparse.Namespace) -> int:
-    from binlake.devdb import DevDb
+    from binlake.commands.devdb import DevDb
 
     datadir = args.datadir or f".binlake/{args.server}"
     db = DevDb(datadir=Path(datadir), port=args.port, server=args.server)
@@ -52,7 +52,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from binlake.validation import inspect
+    from binlake.source.validation import inspect
 
     cfg = _load(args)
     problems, encrypted = inspect(cfg)
@@ -69,7 +69,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from binlake.pipeline import plan
+    from binlake.capture.pipeline import plan
 
     stop.install()
     plan(_load(args))
@@ -77,7 +77,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from binlake.pipeline import plan, snapshot
+    from binlake.capture.pipeline import plan, snapshot
 
     stop.install()
     cfg = _load(args)
@@ -87,7 +87,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from binlake.pipeline import stream
+    from binlake.capture.pipeline import stream
 
     stop.install()
     stream(_load(args), until_caught_up=args.until_caught_up)
@@ -95,7 +95,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from binlake.pipeline import run
+    from binlake.capture.pipeline import run
 
     stop.install()
     run(_load(args), until_caught_up=args.until_caught_up)
@@ -103,9 +103,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resnapshot(args: argparse.Namespace) -> int:
-    from binlake import resnapshot
-    from binlake.pipeline import Context
-    from binlake.validation import check_server_ids
+    from binlake.capture import resnapshot
+    from binlake.capture.pipeline import Context
+    from binlake.source.validation import check_server_ids
 
     cfg = _load(args)
     check_server_ids(cfg)
@@ -114,7 +114,7 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from binlake.status import render, status
+    from binlake.commands.status import render, status
 
     report = status(_load(args))
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
@@ -122,7 +122,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from binlake.verify import render, verify
+    from binlake.commands.verify import render, verify
 
     report = verify(_load(args))
     print(render(report))

@@ -25,13 +25,13 @@ import yaml
 
 from binlake.source.identity import Lineage
 from binlake import config as config_mod
-from binlake import pipeline
+from binlake.capture import pipeline
 from binlake.config import Config
 from binlake.databricks import pipeline_source, stream_job
 from binlake.databricks.entrypoints import snapshot_main
 from binlake.errors import ConfigError, RuntimeFailure
 from binlake.spark.session import delta_jars
-from binlake.target import Target
+from binlake.lake.target import Target
 
 from .conftest import ROOT
 
@@ -116,7 +116,7 @@ def test_snapshot_main_reads_one_group_into_bronze(dev_db: Any, spark: Any, data
         "--group", str(group),
     ], dbutils=_NoSecrets())  # type: ignore[arg-type]
 
-    from binlake.spark import state
+    from binlake.lake import split_state as state
 
     splits = state.load(spark, Target.of(cfg).split_state, 2)[f"{database}.t"]
     mine = [s for s in splits if s.group == group]

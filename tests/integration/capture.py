@@ -11,8 +11,8 @@ import pyarrow
 import pymysql
 
 from binlake.config import Config, load
-from binlake.pipeline import run, stream
-from binlake.target import Target
+from binlake.capture.pipeline import run, stream
+from binlake.lake.target import Target
 
 
 def write_config(path: Path, port: int, tables: list[str], lake: Path, server_ids: str, chunk_size: int = 4,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.errors import RuntimeFailure
 from binlake.source.binlog_reader import read_changes
 from binlake.source.connection import connect, encryption

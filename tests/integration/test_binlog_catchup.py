@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.errors import PositionGoneError
 from binlake.offsets import BinlogPosition
 from binlake.source import binlog_reader

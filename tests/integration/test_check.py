@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from binlake import cli, config
-from binlake.devdb import BINLOG_SETTINGS, DevDb, Server, free_port
-from binlake.validation import SourceFacts, check, problems
+from binlake.commands.devdb import BINLOG_SETTINGS, DevDb, Server, free_port
+from binlake.source.validation import SourceFacts, check, problems
 
 # Distinctive, so that finding it in any output is certainly a leak.
 PASSWORD = "Kx7-binlake-Pw!q2"

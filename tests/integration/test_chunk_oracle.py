@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from binlake.devdb import DevDb, Server
+from binlake.commands.devdb import DevDb, Server
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source import chunk_reader

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from binlake.chunking import boundary_query, range_predicate
+from binlake.capture.chunking import boundary_query, range_predicate
 from binlake.schema import qualified
 from binlake.source.catalog import load_schema
 from binlake.source.connection import connect as source_connect
 from binlake.source.dialect import Dialect
-from binlake.spark import state
-from binlake.target import Target
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 
 from .capture import connect, run_once, silver, write_config
 from .helpers import params, seq

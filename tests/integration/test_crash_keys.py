@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from binlake.config import load
-from binlake.spark import state
-from binlake.target import Target
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 
 from .capture import connect, snapshot_once, stream_once, write_config
 from .workload import run_cli

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from binlake.config import load
-from binlake.pipeline import run
-from binlake.spark import state
-from binlake.target import Target
+from binlake.capture.pipeline import run
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 
 from .workload import (TailInserter, Writers, bronze_duplicates, create_table, run_cli, silver_rows,
                        source_rows, write_config)

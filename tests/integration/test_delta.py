@@ -56,7 +56,7 @@ def test_write_merge_read_history(spark: SparkSession, tmp_path: Path) -> None:
 def test_group_marks_observed_while_writing_equal_bronze(spark: SparkSession, tmp_path: Path) -> None:
     """A group's append observes each chunk's watermark and row count; a crash recovery reads the same
     marks back from bronze. Chunk 7's rows are there but not its watermark row; chunk 9 is absent."""
-    from binlake import bronze
+    from binlake.lake import bronze
     from binlake.schema import Column, TableSchema
 
     schema = TableSchema("db", "t", (Column("id", "int", "int(11)", False), Column("v", "varchar", "varchar(9)")),

@@ -10,7 +10,7 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import WriteRowsEvent
 
 from binlake import cli
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.source.dialect import binlog_head
 
 

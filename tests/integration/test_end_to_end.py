@@ -12,15 +12,15 @@ from chispa import assert_df_equality
 from binlake.source.binlog_reader import read_changes, split_key_change
 from binlake.cli import main
 from binlake.config import load
-from binlake.handover import Handover
+from binlake.capture.handover import Handover
 from binlake.offsets import BinlogPosition
-from binlake.pipeline import run, stream
+from binlake.capture.pipeline import run, stream
 from binlake.source.connection import connect
 from binlake.source.catalog import load_schema
 from binlake.source.dialect import binlog_head
-from binlake.spark import state
-from binlake.target import Target
-from binlake.verify import verify
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
+from binlake.commands.verify import verify
 
 from .helpers import params
 from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config

@@ -1,4 +1,4 @@
-"""Failover to a replica by GTID (binlake.failover): two private servers in real replication (a
+"""Failover to a replica by GTID (binlake.capture.failover): two private servers in real replication (a
 primary and a replica, both writing their binlog, the replica logging what it applies), a continuous
 `binlake run` reading the primary through a TCP proxy -- the DNS name an operator moves. Writers
 change the primary; at the switch they pause until the replica holds everything, the primary is
@@ -23,11 +23,11 @@ import pymysql
 import pytest
 
 from binlake.config import load
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.errors import SourceChangedError
 from binlake.source.identity import Lineage
-from binlake.spark.streaming import committed_offset
-from binlake.target import Target
+from binlake.capture.stream import committed_offset
+from binlake.lake.target import Target
 
 from ..conftest import SERVERS
 from .faulty_network import Proxy
@@ -202,7 +202,7 @@ def _end_offset(query: Any) -> dict[str, Any] | None:
 
 def _pipeline_job(spark: Any, port: int, database: str, tmp_path: Path) -> tuple[Any, Any]:
     """The table planned and snapshotted, and the binlog source's job as the Lakeflow pipeline builds it."""
-    from binlake import pipeline
+    from binlake.capture import pipeline
     from binlake.databricks import stream_job
     from binlake.spark.sources import register
 
@@ -312,7 +312,7 @@ def test_the_pipeline_source_fails_over_by_the_gtids_in_its_offsets(pair: tuple[
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from binlake import bronze
+    from binlake.lake import bronze
 
     primary, replica = pair
     server = primary.server

@@ -12,11 +12,11 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from binlake.config import load
 from binlake.offsets import BinlogPosition
-from binlake.pipeline import Context, run
+from binlake.capture.pipeline import Context, run
 from binlake.source.dialect import binlog_head
-from binlake.spark.streaming import PROGRESS_METRICS, committed_offset, resume_position
-from binlake.status import status
-from binlake.target import Target
+from binlake.capture.stream import PROGRESS_METRICS, committed_offset, resume_position
+from binlake.commands.status import status
+from binlake.lake.target import Target
 
 from .helpers import seq
 from .test_purged import purge_up_to_now

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from binlake.chunking import _even_step
+from binlake.capture.chunking import _even_step
 from binlake.source.connection import connect as source_connect
 from binlake.source.catalog import load_schema
-from binlake.spark import state
-from binlake.target import Target
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 
 from .capture import connect, silver, snapshot_once, stream_once, write_config
 from .helpers import params

@@ -14,7 +14,7 @@ import pyarrow
 import pytest
 
 from binlake.config import Config
-from binlake.target import Target
+from binlake.lake.target import Target
 
 from .capture import run_once, write_config
 from .helpers import execute, seq

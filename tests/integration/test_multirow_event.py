@@ -12,11 +12,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from binlake.config import load
-from binlake.devdb import DevDb
-from binlake.pipeline import run
+from binlake.commands.devdb import DevDb
+from binlake.capture.pipeline import run
 from binlake.source.dialect import binlog_head
 from binlake.spark.sources import BATCH_ROWS
-from binlake.target import Target
+from binlake.lake.target import Target
 
 from .workload import bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 

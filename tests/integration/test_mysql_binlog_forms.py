@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from binlake import config
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.errors import RuntimeFailure
 from binlake.source.binlog_reader import read_changes
 from binlake.source.dialect import binlog_head
 from binlake.source.mysql_json import to_text
-from binlake.validation import check
+from binlake.source.validation import check
 
 from .helpers import params
 from .workload import run_cli

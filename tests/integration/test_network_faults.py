@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from binlake.config import load
-from binlake.target import Target
+from binlake.lake.target import Target
 
 from .capture import connect, silver, snapshot_once, stream_once, write_config
 from .faulty_network import Proxy

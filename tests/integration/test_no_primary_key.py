@@ -14,7 +14,7 @@ from binlake.source.chunk_reader import Hooks, read_chunk
 from binlake.source.connection import connect as source_connect
 from binlake.source.catalog import load_schema
 from binlake.splits import Split
-from binlake.verify import verify
+from binlake.commands.verify import verify
 
 from .capture import connect, run_once, silver, write_config
 from .helpers import execute, params, seq

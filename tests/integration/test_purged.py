@@ -11,11 +11,11 @@ import pytest
 
 from binlake.cli import main
 from binlake.config import load
-from binlake.pipeline import Context, run
+from binlake.capture.pipeline import Context, run
 from binlake.source.dialect import binlog_head
-from binlake.spark import state
-from binlake.spark.streaming import committed_offset, resume_position
-from binlake.target import Target
+from binlake.lake import split_state as state
+from binlake.capture.stream import committed_offset, resume_position
+from binlake.lake.target import Target
 
 from .helpers import seq
 from .workload import Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config

@@ -23,8 +23,8 @@ import pymysql
 import pytest
 
 from binlake.config import load
-from binlake.pipeline import run
-from binlake.target import Target
+from binlake.capture.pipeline import run
+from binlake.lake.target import Target
 
 from ..conftest import SERVERS, SLOW_SERVERS
 from .workload import (BINLAKE, CLI_ENV, ROOT, ReconnectingWriters, bronze_duplicates, create_table, silver_rows,
@@ -42,7 +42,7 @@ def _chosen() -> list[str]:
 
 @pytest.fixture(params=SERVERS)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from binlake.devdb import DevDb
+    from binlake.commands.devdb import DevDb
 
     if request.param not in _chosen():
         pytest.skip(f"the random-kill soak runs on {','.join(_chosen())} today (see the module docstring)")

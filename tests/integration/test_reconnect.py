@@ -21,11 +21,11 @@ import pytest
 
 from binlake.source.binlog_reader import RowChange, read_changes
 from binlake.config import load
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_head
-from binlake.spark.streaming import committed_offset
-from binlake.target import Target
+from binlake.capture.stream import committed_offset
+from binlake.lake.target import Target
 
 from .helpers import seq
 from .workload import BINLAKE, CLI_ENV, ROOT, Writers, bronze_duplicates, create_table, silver_rows, source_rows, write_config

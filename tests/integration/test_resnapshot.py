@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from binlake import pipeline
+from binlake.capture import pipeline
 from binlake.cli import main
 
 from .capture import run_once, silver, write_config

@@ -1,4 +1,4 @@
-"""The generated row decoder (binlake.rowcodec) against mysql-replication's own decoding, value for value,
+"""The generated row decoder (binlake.source.rowcodec) against mysql-replication's own decoding, value for value,
 over real binlog events of every type it handles: inserts, updates (both images) and deletes of the
 rows test_types uses, in multi-row and single-row events. A table with a type it leaves to the library
 (TIME) still reads the same."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from binlake import rowcodec
+from binlake.source import rowcodec
 from binlake.source.binlog_reader import RowChange, read_changes
 from binlake.source.connection import connect as source_connect
 from binlake.source.dialect import binlog_head

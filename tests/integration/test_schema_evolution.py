@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from binlake.config import Config
 from binlake.errors import SchemaChangedError
-from binlake.target import Target
+from binlake.lake.target import Target
 
 from .capture import run_once, silver, with_stream, write_config
 from .helpers import execute, seq

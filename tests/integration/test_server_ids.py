@@ -17,7 +17,7 @@ from binlake.source.binlog_reader import read_changes
 from binlake.config import load
 from binlake.errors import RuntimeFailure
 from binlake.source.dialect import binlog_head, registered_replicas
-from binlake.validation import check
+from binlake.source.validation import check
 
 from .capture import write_config
 from .helpers import execute, params, seq

@@ -10,11 +10,11 @@ import pymysql
 import pytest
 from pyspark.sql import functions as F
 
-from binlake import pipeline
+from binlake.capture import pipeline
 from binlake.config import load
-from binlake.pipeline import plan, run, snapshot
-from binlake.spark import state
-from binlake.target import Target
+from binlake.capture.pipeline import plan, run, snapshot
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 
 from .helpers import seq
 from .workload import TailInserter, Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config

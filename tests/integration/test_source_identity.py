@@ -21,12 +21,12 @@ import pymysql
 import pytest
 
 from binlake.config import load
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.offsets import BinlogPosition
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_head
-from binlake.spark.streaming import committed_offset
-from binlake.target import Target
+from binlake.capture.stream import committed_offset
+from binlake.lake.target import Target
 
 from ..conftest import SERVERS
 from .test_reconnect import running, wait_for

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from binlake.config import load
-from binlake.devdb import DevDb
-from binlake.spark import state
-from binlake.spark.streaming import committed_offset
-from binlake.target import Target
+from binlake.commands.devdb import DevDb
+from binlake.lake import split_state as state
+from binlake.capture.stream import committed_offset
+from binlake.lake.target import Target
 
 from ..conftest import SERVERS
 from .test_reconnect import caught_up, running, stop_cleanly, wait_for

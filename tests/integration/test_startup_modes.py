@@ -12,12 +12,12 @@ import pytest
 
 from binlake.config import load
 from binlake.errors import ConfigError
-from binlake.pipeline import run
+from binlake.capture.pipeline import run
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
-from binlake.spark.streaming import committed_offset
-from binlake.startup import contains, parse_position, resolve, validate
-from binlake.target import Target
+from binlake.capture.stream import committed_offset
+from binlake.capture.startup import contains, parse_position, resolve, validate
+from binlake.lake.target import Target
 
 from .helpers import params
 from .test_purged import purge_up_to_now

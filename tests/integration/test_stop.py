@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from binlake.config import load
-from binlake.spark.streaming import committed_offset
-from binlake.target import Target
+from binlake.capture.stream import committed_offset
+from binlake.lake.target import Target
 
 from .test_reconnect import running, wait_for
 from .workload import Writers, assert_quiet, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config

@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 from binlake.source.binlog_reader import RowChange
-from binlake.chunking import range_predicate
-from binlake.handover import Handover
+from binlake.capture.chunking import range_predicate
+from binlake.capture.handover import Handover
 from binlake.offsets import BinlogPosition
 from binlake.schema import qualified, quote
 from binlake.source.connection import connect as source_connect
 from binlake.source.catalog import load_schema
-from binlake.spark import state
-from binlake.target import Target
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 
 from .capture import connect, silver, snapshot_once, stream_once, write_config
 from .helpers import params

@@ -19,9 +19,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from binlake.devdb import DevDb
-from binlake.spark import state
-from binlake.target import Target
+from binlake.commands.devdb import DevDb
+from binlake.lake import split_state as state
+from binlake.lake.target import Target
 from binlake.config import load
 
 from ..conftest import SERVERS

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from binlake import config
-from binlake.devdb import DevDb
+from binlake.commands.devdb import DevDb
 from binlake.errors import RuntimeFailure
 from binlake.source.connection import bulk_connect, connect, encryption
 
@@ -104,7 +104,7 @@ def test_a_run_over_required_then_verify_identity_with_a_client_certificate(tls_
     assert second.returncode == 0, second.stderr[-3000:]
     assert X509_PASSWORD not in second.stderr + second.stdout
     loaded = config.load(cfg)
-    from binlake.target import Target
+    from binlake.lake.target import Target
 
     silver = Target.of(loaded).silver("shop.t").location
     got = sorted((r["id"], r["v"]) for r in spark.read.format("delta").load(silver).select("id", "v").collect())

@@ -19,7 +19,7 @@ from typing import Any
 
 import deltalake
 
-from binlake.target import Target
+from binlake.lake.target import Target
 
 from .capture import connect, run_once, silver_rows, write_config
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from binlake.source.binlog_reader import RowChange, split_key_change
 from binlake.source.chunk_reader import Membership, _fold, row_identity
-from binlake.chunking import KeyOrder
-from binlake.handover import Handover
+from binlake.capture.chunking import KeyOrder
+from binlake.capture.handover import Handover
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
 from binlake.splits import Split

@@ -6,7 +6,7 @@ import pymysql
 import pytest
 
 from binlake.errors import RuntimeFailure
-from binlake.reconnect import Backoff, is_connection_lost, retrying
+from binlake.source.reconnect import Backoff, is_connection_lost, retrying
 
 PARAMS = {"host": "db.example", "port": 3306, "user": "cdc", "password": "s3cret"}
 

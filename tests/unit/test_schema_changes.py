@@ -6,7 +6,7 @@ import pytest
 
 from binlake.errors import NewTableError, SchemaChangedError
 from binlake.schema import Column, TableSchema
-from binlake.schema_changes import Guard, SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_difference
+from binlake.source.schema_changes import Guard, SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_difference
 
 SCHEMA = TableSchema("shop", "orders", (
     Column("id", "bigint", "bigint(20) unsigned", nullable=False),

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from binlake.errors import SchemaChangedError
-from binlake.evolution import Evolver, History, Version, alter_ops, by_shape, by_statement, from_table_map, version_at
+from binlake.lake.evolution import Evolver, History, Version, alter_ops, by_shape, by_statement, from_table_map, version_at
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
-from binlake.schema_changes import ShapeColumn, TableShape, column_difference
+from binlake.source.schema_changes import ShapeColumn, TableShape, column_difference
 
 INT = Column("id", "int", "int(11)", False)
 
@@ -133,7 +133,7 @@ def test_the_reader_reuses_a_recorded_version_whatever_the_server_says_now() -> 
 def test_silver_columns_under_each_policy_and_which_types_widen() -> None:
     from pyspark.sql import types as T
 
-    from binlake.spark.evolve import _widens, silver_columns
+    from binlake.lake.evolve import _widens, silver_columns
 
     at = [BinlogPosition("mysql-bin.000002", p) for p in (400, 900)]
     versions = [Version("d.t", None, table(col("v"), col("s", "varchar", "varchar(9)"))),

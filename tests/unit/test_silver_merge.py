@@ -8,7 +8,7 @@ import json
 
 from chispa import assert_df_equality
 
-from binlake import bronze, silver
+from binlake.lake import bronze, silver
 from binlake.schema import Column, TableSchema
 
 SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)", False), Column("v", "varchar", "varchar(10)")), ("id",))

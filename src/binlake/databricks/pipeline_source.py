@@ -27,11 +27,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from binlake import bronze, silver
+from binlake.lake import bronze, silver
 from binlake import config as config_mod
 from binlake.errors import ConfigError
 from binlake.schema import TableSchema
-from binlake.target import Target
+from binlake.lake.target import Target
 
 CONF_PREFIX = "binlake."
 SCD_TYPE_KEY = "binlake.silver.scd-type"
@@ -39,7 +39,7 @@ PIPELINE_ONLY_KEYS = frozenset({SCD_TYPE_KEY})  # pipeline settings that are no 
 BINLOG_TABLE = "binlake_changes"
 # config keys whose value is YAML (a mapping); every other value is taken as the text it is
 _STRUCTURED_KEYS = frozenset({"source.chunk-key"})
-# bronze metadata that silver does not keep; silver keeps what binlake.silver keeps locally
+# bronze metadata that silver does not keep; silver keeps what binlake.lake.silver keeps locally
 EXCEPT_COLUMNS = [f.name for f in bronze.META_FIELDS if f.name not in {s.name for s in silver.SILVER_META}]
 
 
@@ -96,7 +96,7 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
     from pyspark import pipelines as dp
 
     from binlake.databricks import stream_job
-    from binlake.pipeline import Context
+    from binlake.capture.pipeline import Context
     from binlake.spark.sources import register
 
     cfg = pipeline_config(spark, dbutils)

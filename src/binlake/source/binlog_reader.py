@@ -25,9 +25,9 @@ from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent
 
 from binlake.errors import PositionGoneError, RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
-from binlake.reconnect import Backoff, is_connection_lost
-from binlake.rowcodec import RowDecoder
-from binlake.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
+from binlake.source.reconnect import Backoff, is_connection_lost
+from binlake.source.rowcodec import RowDecoder
+from binlake.source.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
 from binlake.source import binlog_types
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
 from binlake.source.dialect import purged

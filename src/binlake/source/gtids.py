@@ -6,7 +6,7 @@
   transaction numbers had: `3e11fa47-...:1-5:11-18,2174b383-...:1-27` or `uuid:tag:1-3`:
   {"3e11fa47-...": [[1, 5], [11, 18]], "uuid:tag": [[1, 3]]}.
 
-Both are plain JSON, stored with the stream's start (`binlake.startup`).
+Both are plain JSON, stored with the stream's start (`binlake.capture.startup`).
 """
 
 from __future__ import annotations

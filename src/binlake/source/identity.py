@@ -165,7 +165,7 @@ def verify(conn: Any, params: dict[str, Any], anchor: Anchor) -> None:
 class Lineage:
     """The record in `_binlake/source.json`: the server binlake reads, the creation time of each binlog
     file a stored position lies in, the epoch of that server's positions (binlake.offsets) and, after
-    a failover, where it began (binlake.failover)."""
+    a failover, where it began (binlake.capture.failover)."""
 
     identity: ServerIdentity
     files: dict[str, int] = field(default_factory=dict)
@@ -234,7 +234,7 @@ class Watch:
         self.committed = self.lineage.anchor(BinlogPosition.from_dict(end), end.get("created"))
 
     def adopt(self, lineage: Lineage) -> None:
-        """Follow a failover (binlake.failover): the committed position is, on the new server, where the
+        """Follow a failover (binlake.capture.failover): the committed position is, on the new server, where the
         failover began; the next look checks the history up to it there."""
         self.lineage = lineage
         self.committed = lineage.anchor(self.committed.position)
@@ -242,7 +242,7 @@ class Watch:
 
     def offset(self, conn: Any, head: BinlogPosition, follow: Any = None) -> dict[str, Any]:
         """`head` as the offset of the next micro-batch. With `follow(conn, lineage, committed, now)`,
-        another server is followed (binlake.failover) rather than refused."""
+        another server is followed (binlake.capture.failover) rather than refused."""
         now, started = identify(conn)
         if follow is not None and not self.lineage.identity.same(now):
             self.adopt(follow(conn, self.lineage, self.committed, now))

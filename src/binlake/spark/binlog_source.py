@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from binlake import faults
-from binlake.bronze import CHANGES
+from binlake.lake.bronze import CHANGES
 from binlake.offsets import BinlogPosition
 from binlake.source.gtids import contains
 from binlake.spark.sources import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
@@ -36,7 +36,7 @@ class BinlogReader(DataSourceStreamReader):
     offset also carries the GTID state at its position (`gtids`, `complete`), and after a failover the
     server it lies on (`lineage`): when `source.hostname` comes to lead to another server of the same
     replication topology, the reader follows it from the GTID state of the batch's start
-    (binlake.failover), and a restarted query knows the server from its checkpoint's offsets."""
+    (binlake.capture.failover), and a restarted query knows the server from its checkpoint's offsets."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
@@ -81,8 +81,8 @@ class BinlogReader(DataSourceStreamReader):
         return self.last
 
     def _retrying(self, params: dict[str, Any], what: str, call: Any) -> Any:
-        """`call(conn)` on a connection of its own, retried over lost connections (binlake.reconnect)."""
-        from binlake.reconnect import retrying
+        """`call(conn)` on a connection of its own, retried over lost connections (binlake.source.reconnect)."""
+        from binlake.source.reconnect import retrying
         from binlake.source.connection import connect
 
         def once() -> Any:
@@ -113,8 +113,8 @@ class BinlogReader(DataSourceStreamReader):
 
     def _follower(self, base: dict[str, Any] | None) -> Any:
         """How the watch follows another server: by the GTID state at `base`, the start of the next batch
-        (binlake.failover), or SourceChangedError."""
-        from binlake.failover import follow
+        (binlake.capture.failover), or SourceChangedError."""
+        from binlake.capture.failover import follow
 
         state = None if base is None or "gtids" not in base else {
             "end": BinlogPosition.from_dict(base).to_dict(), "gtids": base["gtids"], "complete": base["complete"]}
@@ -127,10 +127,10 @@ class BinlogReader(DataSourceStreamReader):
         return [BinlogRange(start, end)]
 
     def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
-        from binlake.handover import Handover
-        from binlake.reconnect import retrying
+        from binlake.capture.handover import Handover
+        from binlake.source.reconnect import retrying
         from binlake.schema import TableSchema
-        from binlake.schema_changes import Guard
+        from binlake.source.schema_changes import Guard
         from binlake.source.binlog_reader import read_changes
         from binlake.source.connection import connect
         from binlake.source.gtids import Seen
@@ -196,9 +196,9 @@ class BinlogReader(DataSourceStreamReader):
         hold the history up to the batch's start. Under `gtid_offsets`, another one of the same
         replication topology serves the batch planned on the server before it by GTID: from after the
         transactions of the start's state up to the head once it holds the end's, those of the end's
-        state (binlake.failover). The lineage to read under, and those GTIDs (parsed) with that head
+        state (binlake.capture.failover). The lineage to read under, and those GTIDs (parsed) with that head
         (None for the same server)."""
-        from binlake.failover import await_state, follow
+        from binlake.capture.failover import await_state, follow
         from binlake.source.dialect import Dialect, binlog_head
         from binlake.source.gtids import parse_mariadb, parse_mysql
         from binlake.source.identity import identify
@@ -287,7 +287,7 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
     """The batch's flat change rows: each row change the handover emits as JSON, a schema version
     marker where the evolver follows a change, and a stop (SchemaChangedError) where the guard judges
     one, before any row of the changed table is handed over."""
-    from binlake.evolution import marker_row
+    from binlake.lake.evolution import marker_row
     from binlake.source.binlog_reader import RowChange, split_key_change
 
     encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
@@ -348,7 +348,7 @@ def _batches(rows: Iterator[Row]) -> Iterator[Any]:
 
 def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None) -> tuple[str, bool]:
     """The GTID state at `position`, from the state at `base` (an earlier offset on the same server) on."""
-    from binlake.failover import state_at
+    from binlake.capture.failover import state_at
     from binlake.source.dialect import Dialect
 
     return state_at(conn, Dialect.of(conn), position, base)
@@ -357,7 +357,7 @@ def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None
 def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
              guard: Any, conn: Any) -> Any:
     """The reader's schema versions under `stream.schema-changes` other than `fail` (None under `fail`)."""
-    from binlake.evolution import Evolver, Version, column_defaults
+    from binlake.lake.evolution import Evolver, Version, column_defaults
 
     if job.get("schema_changes", "fail") == "fail":
         return None

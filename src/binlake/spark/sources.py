@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.bronze import flat_changes
+from binlake.lake.bronze import flat_changes
 
 
 def connection_params(options: dict[str, str]) -> dict[str, Any]:
@@ -74,7 +74,7 @@ class SnapshotReader(DataSourceReader):
     def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
         import pyarrow as pa
 
-        from binlake.reconnect import retrying
+        from binlake.source.reconnect import retrying
         from binlake.schema import TableSchema
         from binlake.source.chunk_reader import read_chunk, select_chunk
         from binlake.source.dialect import Dialect

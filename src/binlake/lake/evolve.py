@@ -1,7 +1,7 @@
 """A micro-batch of one table whose rows span schema versions, into bronze and silver.
 
 The binlog source marks each new version in the change stream with a row of `_op` "s" at the version's
-`_seq` (see `binlake.evolution`): rows before the marker were encoded under the previous version, rows
+`_seq` (see `binlake.lake.evolution`): rows before the marker were encoded under the previous version, rows
 after it under the new one. Each stretch is typed with its own version, then
 - bronze takes them all: every column it ever saw, each row image as written (one idempotent append);
 - silver is altered to the policy's columns (`silver_columns`), its older rows get the defaults of
@@ -21,9 +21,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from binlake import bronze, faults, silver
+from binlake.lake import bronze, silver
+from binlake import faults
 from binlake.errors import SchemaChangedError
-from binlake.evolution import Policy, Version
+from binlake.lake.evolution import Policy, Version
 from binlake.schema import Column, TableSchema
 
 log = logging.getLogger(__name__)

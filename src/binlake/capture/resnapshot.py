@@ -28,14 +28,14 @@ from binlake.source.catalog import captured_tables
 from binlake.source.connection import connect
 
 if TYPE_CHECKING:
-    from binlake.pipeline import Context
+    from binlake.capture.pipeline import Context
 
 log = logging.getLogger(__name__)
 
 
 def request(ctx: Context, names: list[str]) -> None:
     """Record the intent to snapshot `names` again, then do it (plan and, in a snapshot mode, read)."""
-    from binlake.startup import SNAPSHOT_MODES
+    from binlake.capture.startup import SNAPSHOT_MODES
 
     mode = ctx.cfg.get("stream.startup-mode")
     if mode not in SNAPSHOT_MODES:
@@ -64,8 +64,8 @@ def pending(ctx: Context) -> list[str]:
 
 def finish(ctx: Context) -> list[str]:
     """Carry out every recorded intent (after a crash, the ones it left); the tables set up again."""
-    from binlake import pipeline
-    from binlake.spark import state as split_state
+    from binlake.capture import pipeline
+    from binlake.lake import split_state
 
     names = pending(ctx)
     if not names:

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from binlake.errors import SchemaChangedError
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
-from binlake.schema_changes import COMMENT, SchemaChange, ShapeColumn, TableShape, column_difference, structure
+from binlake.source.schema_changes import COMMENT, SchemaChange, ShapeColumn, TableShape, column_difference, structure
 
 Policy = Literal["evolve", "lenient", "ignore", "fail"]
 Kind = Literal["alter", "truncate"]
@@ -421,7 +421,7 @@ class Evolver:
 
     def on_shape(self, shape: TableShape, at: BinlogPosition) -> Version | None:
         """A new version when the rows of the transaction at `at` do not fit the current one."""
-        from binlake.schema_changes import shape_difference
+        from binlake.source.schema_changes import shape_difference
 
         if shape_difference(self.schema(shape.table), shape) is None:
             return None

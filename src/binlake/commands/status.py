@@ -9,15 +9,15 @@ from typing import Any
 
 from binlake.config import Config
 from binlake.offsets import BinlogPosition
-from binlake.pipeline import Context
+from binlake.capture.pipeline import Context
 
 
 def status(cfg: Config) -> dict[str, Any]:
     from binlake.source.connection import connect
     from binlake.source.dialect import binlog_head
-    from binlake.spark import state
+    from binlake.lake import split_state as state
     from binlake.source.identity import identify
-    from binlake.spark.streaming import committed_end
+    from binlake.capture.stream import committed_end
 
     ctx = Context(cfg)
     spark = ctx.session()
@@ -74,7 +74,7 @@ def _source(ctx: Context, identity: Any) -> dict[str, Any]:
     """The server the stored positions belong to, the one at source.hostname now, and whether it holds
     their history (the check a run makes before it streams, binlake.source.identity)."""
     from binlake.errors import PositionGoneError, SourceChangedError
-    from binlake.pipeline import check_position
+    from binlake.capture.pipeline import check_position
     from binlake.source.identity import Lineage
 
     now = str(identity)

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from binlake import bronze
+from binlake.lake import bronze
 from binlake.config import Config
-from binlake.pipeline import Context
+from binlake.capture.pipeline import Context
 
 
 def verify(cfg: Config) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from binlake.source.chunk_reader import Membership
-    from binlake.chunking import KeyOrder
+    from binlake.capture.chunking import KeyOrder
     from binlake.source.connection import connect
-    from binlake.spark import state
+    from binlake.lake import split_state as state
 
     ctx = Context(cfg)
     spark = ctx.session()

@@ -68,7 +68,7 @@ class Target:
         return self.root / "_binlake" / "schemas" / f"{_safe(db)}__{_safe(table)}.json"
 
     def resnapshot_intent(self, source: str) -> Path:
-        """Present while a table is being set up for a snapshot of its own (see `binlake.resnapshot`)."""
+        """Present while a table is being set up for a snapshot of its own (see `binlake.capture.resnapshot`)."""
         db, table = source.split(".", 1)
         return self.root / "_binlake" / "resnapshot" / f"{_safe(db)}__{_safe(table)}"
 
@@ -78,7 +78,7 @@ class Target:
 
     @property
     def stream_start(self) -> Path:
-        """Where a stream without a snapshot starts (see `binlake.startup`)."""
+        """Where a stream without a snapshot starts (see `binlake.capture.startup`)."""
         return self.root / "_binlake" / "start.json"
 
     @property
@@ -88,7 +88,7 @@ class Target:
 
     @property
     def gtid_record(self) -> Path:
-        """The GTID state at the stream's last positions, for a failover (binlake.failover)."""
+        """The GTID state at the stream's last positions, for a failover (binlake.capture.failover)."""
         return self.root / "_binlake" / "gtids.json"
 
     @property

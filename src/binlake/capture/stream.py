@@ -18,15 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from binlake import bronze, faults, silver, stop
+from binlake.lake import bronze, silver
+from binlake import faults, stop
 from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
-from binlake.evolution import Version
+from binlake.lake.evolution import Version
 from binlake.offsets import BinlogPosition
 from binlake.source.identity import Anchor, Lineage
-from binlake.startup import SNAPSHOT_MODES, Start
+from binlake.capture.startup import SNAPSHOT_MODES, Start
 
 if TYPE_CHECKING:
-    from binlake.pipeline import Context
+    from binlake.capture.pipeline import Context
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def committed_offset(checkpoint: str) -> BinlogPosition | None:
 def resume_position(ctx: Context) -> BinlogPosition | None:
     """Where the stream will read from next: the end of its last committed micro-batch, or, before
     the first one, the lowest high watermark of the snapshot's chunks."""
-    from binlake.spark import state
+    from binlake.lake import split_state as state
 
     done = committed_offset(ctx.target.checkpoint)
     if done is not None:
@@ -101,7 +102,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
     match them stops the batch that meets it (NewTableError), for the caller to capture it; with
     `versions` (each table's schema versions), the source follows schema changes under
     stream.schema-changes, and without them stops at any (`fail`); with `gtid_trailer`, each batch ends
-    with a row of the GTIDs it passed (`_op` 'g', for binlake.failover); with `gtid_offsets`, each
+    with a row of the GTIDs it passed (`_op` 'g', for binlake.capture.failover); with `gtid_offsets`, each
     offset carries the GTID state at its position instead, and the source fails over by it (the
     Lakeflow pipeline, whose stream has no driver code of binlake's to keep a record)."""
     return {
@@ -127,8 +128,8 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
 def run_stream(ctx: Context, until_caught_up: bool) -> None:
     from pyspark.sql import functions as F
 
-    from binlake.pipeline import current_position
-    from binlake.spark import state
+    from binlake.capture.pipeline import current_position
+    from binlake.lake import split_state as state
 
     spark = ctx.session()
     schemas = ctx.schemas()
@@ -271,8 +272,8 @@ def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Versio
     The versions it marks are recorded before anything is written: a replay reuses them."""
     from pyspark.sql import functions as F
 
-    from binlake.evolution import Version
-    from binlake.spark.evolve import apply_batch
+    from binlake.lake.evolution import Version
+    from binlake.lake.evolve import apply_batch
 
     marks = rows.where(F.col("_op") == "s").orderBy("_seq").select("_row").collect()
     new = [Version.from_dict(json.loads(m["_row"])) for m in marks]
@@ -287,10 +288,10 @@ def _evolving(ctx: Context, name: str, rows: Any, history: dict[str, list[Versio
 
 
 def _gtid_record(ctx: Context, start: BinlogPosition) -> Any:
-    """The GTID record (binlake.failover), holding the state at the position the stream reads on from:
+    """The GTID record (binlake.capture.failover), holding the state at the position the stream reads on from:
     read from the server when it does not (the stream's first start, or a target from before it)."""
-    from binlake.failover import GtidRecord, state_at
-    from binlake.reconnect import retrying
+    from binlake.capture.failover import GtidRecord, state_at
+    from binlake.source.reconnect import retrying
     from binlake.source.connection import connect
     from binlake.source.dialect import Dialect
 
@@ -311,7 +312,7 @@ def _gtid_record(ctx: Context, start: BinlogPosition) -> Any:
 
 def _startup(ctx: Context) -> Start:
     from binlake.source.connection import connect
-    from binlake.startup import resolve
+    from binlake.capture.startup import resolve
 
     conn = connect(ctx.params)
     try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake.source.binlog_reader import RowChange
-from binlake.chunking import KeyOrder
+from binlake.capture.chunking import KeyOrder
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.splits import Split

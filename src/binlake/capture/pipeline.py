@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from binlake import bronze, faults, silver
-from binlake.spark import state as split_state
+from binlake.lake import bronze, silver
+from binlake import faults
+from binlake.lake import split_state
 from binlake.config import Config
 from binlake.errors import (ConfigError, NewTableError, PositionGoneError, RuntimeFailure, SchemaChangedError,
                             SnapshotChangedError, SourceChangedError, raised_in_spark)
-from binlake.evolution import History, Version
+from binlake.lake.evolution import History, Version
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.catalog import captured_tables, load_schema
@@ -28,8 +29,8 @@ from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
 from binlake.source.identity import Anchor, Lineage, ServerIdentity, identify, verify
 from binlake.splits import Split
-from binlake.target import Target
-from binlake.validation import check_server_ids
+from binlake.lake.target import Target
+from binlake.source.validation import check_server_ids
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class Context:
         return History(self.target.captured_schema(name))
 
     def versions(self) -> dict[str, list[Version]]:
-        """Every captured table's schema versions (see `binlake.evolution`)."""
+        """Every captured table's schema versions (see `binlake.lake.evolution`)."""
         return {name: self.history(name).versions() for name in self.schemas()}
 
     def forget_schemas(self) -> None:
@@ -187,7 +188,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: Callable[[str], None
             # rows inserted meanwhile would have planning chase them at reading speed forever;
             # planned at query speed instead, they end in the open last split, cut again when read.
             interleave_until = table_rows(conn, schema, cfg.chunk_size)
-            from binlake.chunking import plan_ranges
+            from binlake.capture.chunking import plan_ranges
 
             batch: list[Split] = []
             for start, end in plan_ranges(conn, schema, cfg.chunk_size, None if tail is None else tail.end):
@@ -346,7 +347,7 @@ def cut_tail(ctx: Context, schema: TableSchema, last: Split) -> tuple[list[Split
     """The open last split cut again at chunk-size, as it is now: no pieces when it holds at most
     chunk-size rows; else at most PLAN_BATCH pieces, the first with the split's index, the last open,
     and whether that last one holds at most chunk-size rows (False: cut it again)."""
-    from binlake.chunking import plan_ranges
+    from binlake.capture.chunking import plan_ranges
 
     most = max(PLAN_BATCH, 2)
     conn = connect(ctx.params)
@@ -423,7 +424,7 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
     """Stream the binlog from the stored position. A position the server has purged is an error
     (exit code 1), or with `stream.on-purged: resnapshot` a fresh snapshot of the captured tables
     followed by the stream from its handover -- never a silent skip of the missing changes."""
-    from binlake.spark.streaming import run_stream
+    from binlake.capture.stream import run_stream
 
     if ctx is None:  # `run` passes its context, having checked the server ids before planning
         check_server_ids(cfg)
@@ -465,9 +466,9 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
 
 def snapshot_again(ctx: Context, changed: SchemaChangedError, done: dict[str, int]) -> None:
     """Snapshot a changed table again where that is the way to follow the change (see
-    `binlake.resnapshot`); raise `changed` where it is not, or after 3 times for one table."""
-    from binlake import resnapshot
-    from binlake.startup import SNAPSHOT_MODES
+    `binlake.capture.resnapshot`); raise `changed` where it is not, or after 3 times for one table."""
+    from binlake.capture import resnapshot
+    from binlake.capture.startup import SNAPSHOT_MODES
 
     policy = ctx.cfg.get("stream.schema-changes")
     table = changed.table
@@ -489,7 +490,7 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
     replays that batch with the table captured. The handover passes only its changes after each of its
     chunks' high watermark, so rows written between its creation and its snapshot are neither lost nor
     repeated."""
-    from binlake.startup import SNAPSHOT_MODES
+    from binlake.capture.startup import SNAPSHOT_MODES
 
     known = set(ctx.schemas())
     ctx.forget_schemas()
@@ -510,9 +511,9 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
 def check_position(ctx: Context) -> None:
     """Before streaming: PositionGoneError when the stored position's file is gone, SourceChangedError
     when the server no longer holds the history it belongs to (binlake.source.identity) -- unless it is
-    another server of the same replication topology, which the stream fails over to (binlake.failover)."""
+    another server of the same replication topology, which the stream fails over to (binlake.capture.failover)."""
     from binlake.source.binlog_reader import gone_error
-    from binlake.spark.streaming import resume_anchor
+    from binlake.capture.stream import resume_anchor
 
     lineage = ctx.lineage()
     anchor = resume_anchor(ctx, lineage)
@@ -534,9 +535,9 @@ def check_position(ctx: Context) -> None:
 
 def fail_over(ctx: Context, conn: Any, lineage: Lineage, anchor: Anchor, now: ServerIdentity) -> None:
     """Follow the stream to `now`, another server, by the GTID state at the stored position; or
-    SourceChangedError when it is not one of the same replication topology (binlake.failover)."""
-    from binlake import failover
-    from binlake.spark.streaming import resume_position
+    SourceChangedError when it is not one of the same replication topology (binlake.capture.failover)."""
+    from binlake.capture import failover
+    from binlake.capture.stream import resume_position
 
     position = resume_position(ctx)
     record = failover.GtidRecord(ctx.target.gtid_record).newest(position) if position is not None else None
@@ -581,9 +582,9 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
     interleave: each batch of planned groups is read while the rest of the table is still to be
     planned; the final snapshot picks up whatever a crash left unread (planned, or landed and not yet
     in silver)."""
-    from binlake.startup import SNAPSHOT_MODES, validate
+    from binlake.capture.startup import SNAPSHOT_MODES, validate
 
-    from binlake import resnapshot
+    from binlake.capture import resnapshot
 
     validate(cfg)
     check_server_ids(cfg)
