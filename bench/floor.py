@@ -96,7 +96,7 @@ def measure(config: str, port: str) -> dict[str, Any]:
 
     from binlake.lake import bronze, silver
     from binlake.config import load
-    from binlake.capture.pipeline import Context
+    from binlake.capture.context import Context
 
     began = time.monotonic()
     ctx = Context(load(config, [f"source.port={port}"]))  # this run's server, not the one that wrote config

@@ -2,7 +2,7 @@
 
 1. cProfile of one chunk read in-process (binlake.source.chunk_reader.read_chunk, then the JSON encoding the
    Spark data source applies to each row): the Python decode/encode cost per row.
-2. One snapshot run in-process with each step of binlake.capture.pipeline.read_group/finish_chunks timed:
+2. One snapshot run in-process with each step of binlake.capture.snapshot.read_group/finish_chunks timed:
    the Delta reads and writes per group of chunks against the rows they carry.
 
 Uses the benchmark's MariaDB and a `bench_profile.customer` table of PROFILE_ROWS rows (default 150,000:
@@ -50,7 +50,7 @@ def profile_chunk(params: dict[str, Any], schema: Any, split: Any) -> tuple[floa
 def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
     """Wrap the pipeline's Delta steps with timers; returns the timings and an undo function."""
     from binlake.lake import bronze, silver
-    from binlake.capture import pipeline
+    from binlake.capture import snapshot as snapshot_step
     from binlake.lake import split_state as state
 
     timings: dict[str, list[float]] = defaultdict(list)
@@ -75,7 +75,7 @@ def timed_steps() -> tuple[dict[str, list[float]], Callable[[], None]]:
         (silver, "insert_snapshot", "insert-only MERGE of landed chunks into silver"),
         (state, "record", "append to the split state"),
         (state, "add_planned", "append planned splits"),
-        (pipeline, "read_group", "the whole group"),
+        (snapshot_step, "read_group", "the whole group"),
         (bronze, "ensure_table", "create if missing"),
         (silver, "ensure_table", "create if missing"),
         (state, "planned", "Delta read: table numbers and where planning resumes"),
@@ -100,7 +100,9 @@ def main() -> int:
         harness.create_customer(source, DATABASE, rows)
         cfg_path, _lake = harness.write_config("profile", source, [rf"{DATABASE}\.customer"])
         from binlake import config
-        from binlake.capture import pipeline
+        from binlake.capture.context import Context
+        from binlake.capture.plan import plan
+        from binlake.capture.snapshot import snapshot
         from binlake.capture.chunking import plan_ranges
         from binlake.source.connection import connect
         from binlake.source.catalog import load_schema
@@ -120,12 +122,12 @@ def main() -> int:
         timings, undo = timed_steps()
         os.environ.setdefault("BINLAKE_DRIVER_MEMORY", "2g")
         t0 = time.monotonic()
-        ctx = pipeline.Context(cfg)
+        ctx = Context(cfg)
         ctx.session()
         t1 = time.monotonic()
-        pipeline.plan(cfg, ctx)
+        plan(cfg, ctx)
         t2 = time.monotonic()
-        pipeline.snapshot(cfg, None, ctx)
+        snapshot(cfg, None, ctx)
         t3 = time.monotonic()
         undo()
         lines += ["## One snapshot in-process, by step", "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from binlake.config import load
-from binlake.capture.pipeline import Context
+from binlake.capture.context import Context
 
 
 def main() -> None:

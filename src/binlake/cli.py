@@ -12,7 +12,12 @@ from typing import Callable
 
 from binlake import config as config_mod
 from binlake import stop
+from binlake.capture.context import Context
+from binlake.commands.devdb import DevDb
+from binlake.commands.status import render, status
+from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
+from binlake.source.validation import check_server_ids, inspect
 
 log = logging.getLogger("binlake")
 
@@ -31,8 +36,6 @@ def _load(args: argparse.Namespace) -> config_mod.Config:
 
 
 def cmd_dev_db(args: argparse.Namespace) -> int:
-    from binlake.commands.devdb import DevDb
-
     datadir = args.datadir or f".binlake/{args.server}"
     db = DevDb(datadir=Path(datadir), port=args.port, server=args.server)
     if args.action == "start":
@@ -52,8 +55,6 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from binlake.source.validation import inspect
-
     cfg = _load(args)
     problems, encrypted = inspect(cfg)
     for p in problems:
@@ -69,7 +70,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from binlake.capture.pipeline import plan
+    from binlake.capture.plan import plan
 
     stop.install()
     plan(_load(args))
@@ -77,7 +78,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from binlake.capture.pipeline import plan, snapshot
+    from binlake.capture.plan import plan
+    from binlake.capture.snapshot import snapshot
 
     stop.install()
     cfg = _load(args)
@@ -87,7 +89,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
-    from binlake.capture.pipeline import stream
+    from binlake.capture.stream import stream
 
     stop.install()
     stream(_load(args), until_caught_up=args.until_caught_up)
@@ -95,7 +97,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from binlake.capture.pipeline import run
+    from binlake.capture.run import run
 
     stop.install()
     run(_load(args), until_caught_up=args.until_caught_up)
@@ -104,8 +106,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_resnapshot(args: argparse.Namespace) -> int:
     from binlake.capture import resnapshot
-    from binlake.capture.pipeline import Context
-    from binlake.source.validation import check_server_ids
 
     cfg = _load(args)
     check_server_ids(cfg)
@@ -114,8 +114,6 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from binlake.commands.status import render, status
-
     report = status(_load(args))
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
     return 0
@@ -130,8 +128,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def startup_flags(p: argparse.ArgumentParser) -> None:
-    from binlake.config import STARTUP_MODES
-
     # free text, not argparse choices: a bad value gets binlake's one-line error and exit code 2
     p.add_argument("--startup-mode", metavar="|".join(STARTUP_MODES), help="stream.startup-mode")
     p.add_argument("--startup-position", metavar="FILE:POS|GTIDS", help="stream.startup-position (mode specific)")

@@ -17,7 +17,8 @@ from typing import Any, Callable
 import yaml
 
 from binlake.errors import ConfigError
-from binlake.source.tls import MODES as TLS_MODES, Tls
+from binlake.source.tls import MODES as TLS_MODES
+from binlake.source.tls import Tls
 
 SECRET_KEYS = frozenset({"source.password"})
 MASK = "******"

@@ -34,7 +34,6 @@ import datetime as dt
 import decimal
 import json
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,7 +49,7 @@ STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext",
 # text the driver and the binlog both give as str, encoded as itself
 PLAIN_TEXT = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum"}
 BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
-# every type `encode` and `spark_type` map (the README's type mapping); a table with another is refused
+# every type `encode` and `spark_type` map (docs/types.md); a table with another is refused
 CAPTURED_TYPES = {*INT_TYPES, "decimal", "float", "double", "real", "bit", "year", "date", "datetime", "timestamp",
                   "time", *STRING_TYPES, *BINARY_TYPES, *valuetypes.SPATIAL_TYPES, "vector",
                   *valuetypes.TEXT_FORM_SIZES}
@@ -97,17 +96,6 @@ def _json_plain(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_json_plain(item) for item in v]
     return v
-
-
-def _float32_text(v: float) -> str:
-    """The shortest decimal text that reads back as the same single-precision value."""
-    packed = struct.pack("<f", v)
-    exact = struct.unpack("<f", packed)[0]
-    for digits in range(6, 10):
-        text = f"{exact:.{digits}g}"
-        if struct.pack("<f", float(text)) == packed:
-            return repr(float(text))
-    return repr(exact)
 
 
 @dataclass(frozen=True)
@@ -200,7 +188,7 @@ class Column:
         if t == "decimal":
             return format(decimal.Decimal(v), "f")
         if t == "float":
-            return _float32_text(float(v))
+            return valuetypes.float32_text(float(v))
         if t in ("double", "real"):
             return repr(float(v))
         if t == "bit":
@@ -412,7 +400,7 @@ class TableSchema:
         return UnconvertibleValueError(
             f"captured table {self.name}: {what} of {key} holds a value binlake cannot convert "
             f"({type(exc).__name__}); nothing of this {unit} was written. Leave the table out of source.tables, "
-            "or change the column to a type and character set the README's type mapping lists"
+            "or change the column to a type and character set docs/types.md lists"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -32,6 +32,17 @@ SPATIAL_SPARK_TYPE = "struct<wkb:binary,srid:int>"
 VECTOR_SPARK_TYPE = "array<float>"
 
 
+def float32_text(v: float) -> str:
+    """The shortest decimal text that reads back as the same single-precision value."""
+    packed = struct.pack("<f", v)
+    exact = struct.unpack("<f", packed)[0]
+    for digits in range(6, 10):
+        text = f"{exact:.{digits}g}"
+        if struct.pack("<f", float(text)) == packed:
+            return repr(float(text))
+    return repr(exact)
+
+
 def _bytes(v: Any) -> bytes:
     return v.encode("latin-1") if isinstance(v, str) else bytes(v)
 
@@ -44,11 +55,9 @@ def geometry_text(v: Any) -> str:
 
 def vector_text(v: Any) -> str:
     """A VECTOR's floats as a JSON array, each the shortest decimal of its single-precision value."""
-    from binlake.schema import _float32_text  # FLOAT's text; schema imports this module
-
     b = _bytes(v)
     floats = struct.unpack(f"<{len(b) // 4}f", b[: len(b) // 4 * 4])
-    return "[" + ",".join(_float32_text(f) for f in floats) + "]"
+    return "[" + ",".join(float32_text(f) for f in floats) + "]"
 
 
 def _padded(data_type: str, v: Any) -> bytes:

@@ -1,7 +1,7 @@
-"""The bundle's task entry points as thin wrappers: parameters in, `binlake.capture.pipeline` called, the
+"""The bundle's task entry points as thin wrappers: parameters in, `binlake.capture.plan` and `snapshot` called, the
 task value set, the password read from the secret scope and never printed.
 
-`binlake.capture.pipeline` is replaced by a recording module here: these tests check the wrapper only; the
+`binlake.capture.plan` and `snapshot` are replaced by a recording module here: these tests check the wrapper only; the
 engine itself is tested against a real MariaDB elsewhere.
 """
 
@@ -80,7 +80,7 @@ class RecordingPipeline:
     calls: list[tuple[str, Config, Any]] = field(default_factory=list)
 
     def module(self) -> types.ModuleType:
-        mod = types.ModuleType("binlake.capture.pipeline")
+        mod = types.ModuleType("binlake.capture.steps")
         mod.plan = lambda cfg: self.calls.append(("plan", cfg, None))  # type: ignore[attr-defined]
 
         def group_ids(cfg: Config) -> list[int]:
@@ -99,7 +99,8 @@ class RecordingPipeline:
 @pytest.fixture
 def pipeline(monkeypatch: pytest.MonkeyPatch) -> RecordingPipeline:
     rec = RecordingPipeline()
-    monkeypatch.setitem(sys.modules, "binlake.capture.pipeline", rec.module())
+    for step in ("binlake.capture.plan", "binlake.capture.snapshot"):
+        monkeypatch.setitem(sys.modules, step, rec.module())
     monkeypatch.delenv("BINLAKE_SOURCE_PASSWORD", raising=False)
     return rec
 

@@ -25,7 +25,9 @@ import yaml
 
 from binlake.source.identity import Lineage
 from binlake import config as config_mod
-from binlake.capture import pipeline
+from binlake.capture.context import Context
+from binlake.capture.plan import group_ids, plan
+from binlake.capture.snapshot import snapshot
 from binlake.config import Config
 from binlake.databricks import pipeline_source, stream_job
 from binlake.databricks.entrypoints import snapshot_main
@@ -75,8 +77,8 @@ def shop(dev_db: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> I
                         [(o, n, f"sku-{o}-{n}") for o in range(1, 6) for n in range(1, 4)])
         conn.commit()
     cfg = shop_config(dev_db.running_port(), database, tmp_path_factory.mktemp("lake"))
-    pipeline.plan(cfg)
-    pipeline.snapshot(cfg)
+    plan(cfg)
+    snapshot(cfg)
     yield Shop(database, dev_db.running_port(), cfg)
     with dev_db.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
@@ -104,8 +106,8 @@ def test_snapshot_main_reads_one_group_into_bronze(dev_db: Any, spark: Any, data
         conn.commit()
     lake = tmp_path / "lake"
     cfg = shop_config(dev_db.running_port(), database, lake, "snapshot.group-size=2")
-    pipeline.plan(cfg)
-    groups = pipeline.group_ids(cfg)
+    plan(cfg)
+    groups = group_ids(cfg)
     assert len(groups) == 3, groups  # 5 chunks of 10 rows, 2 chunks a group
 
     group = groups[1]
@@ -138,7 +140,7 @@ def test_snapshot_main_reads_one_group_into_bronze(dev_db: Any, spark: Any, data
 # -- the pipeline's stream job ---------------------------------------------------------------------
 
 def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: Any) -> None:
-    ctx = pipeline.Context(shop.cfg)
+    ctx = Context(shop.cfg)
     job = stream_job.build(ctx)
     assert set(job.schemas) == set(shop.tables)
     body = job.job
@@ -173,10 +175,10 @@ def test_the_stream_job_waits_for_the_snapshot(dev_db: Any, spark: Any, database
         conn.commit()
     cfg = shop_config(dev_db.running_port(), database, tmp_path / "lake")
     with pytest.raises(RuntimeFailure, match=r"has no planned chunks in the split state .*run the binlake job"):
-        stream_job.build(pipeline.Context(cfg))
-    pipeline.plan(cfg)
+        stream_job.build(Context(cfg))
+    plan(cfg)
     with pytest.raises(RuntimeFailure, match=rf"snapshot chunks not read yet: {database}\.t \(3\)"):
-        stream_job.build(pipeline.Context(cfg))
+        stream_job.build(Context(cfg))
 
 
 # -- the pipeline configuration --------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pyarrow
 import pymysql
 
 from binlake.config import Config, load
-from binlake.capture.pipeline import run, stream
+from binlake.capture.run import run
+from binlake.capture.stream import stream
 from binlake.lake.target import Target
 
 

@@ -19,7 +19,7 @@ import pytest
 from binlake.commands.devdb import DevDb
 from binlake.errors import PositionGoneError
 from binlake.offsets import BinlogPosition
-from binlake.source import binlog_reader
+from binlake.source import binlog_dump
 from binlake.source.binlog_reader import read_changes
 from binlake.source.dialect import binlog_head
 
@@ -78,13 +78,13 @@ class Inserts:
 def waits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every catch-up wait the reader makes (the real wait runs; this only counts it)."""
     seen: list[str] = []
-    real = binlog_reader.Catchup.wait
+    real = binlog_dump.Catchup.wait
 
-    def counted(self: binlog_reader.Catchup, why: str) -> None:
+    def counted(self: binlog_dump.Catchup, why: str) -> None:
         seen.append(why)
         real(self, why)
 
-    monkeypatch.setattr(binlog_reader.Catchup, "wait", counted)
+    monkeypatch.setattr(binlog_dump.Catchup, "wait", counted)
     return seen
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from binlake.capture.chunking import boundary_query, range_predicate
+from binlake.capture.chunking import boundary_query
+from binlake.keys import range_predicate
 from binlake.schema import qualified
 from binlake.source.catalog import load_schema
 from binlake.source.connection import connect as source_connect

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from binlake.config import load
-from binlake.capture.pipeline import run
+from binlake.capture.run import run
 from binlake.lake import split_state as state
 from binlake.lake.target import Target
 

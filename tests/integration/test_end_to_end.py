@@ -14,7 +14,8 @@ from binlake.cli import main
 from binlake.config import load
 from binlake.capture.handover import Handover
 from binlake.offsets import BinlogPosition
-from binlake.capture.pipeline import run, stream
+from binlake.capture.run import run
+from binlake.capture.stream import stream
 from binlake.source.connection import connect
 from binlake.source.catalog import load_schema
 from binlake.source.dialect import binlog_head

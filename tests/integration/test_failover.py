@@ -26,7 +26,7 @@ from binlake.config import load
 from binlake.commands.devdb import DevDb
 from binlake.errors import SourceChangedError
 from binlake.source.identity import Lineage
-from binlake.capture.stream import committed_offset
+from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
 
 from ..conftest import SERVERS
@@ -202,15 +202,17 @@ def _end_offset(query: Any) -> dict[str, Any] | None:
 
 def _pipeline_job(spark: Any, port: int, database: str, tmp_path: Path) -> tuple[Any, Any]:
     """The table planned and snapshotted, and the binlog source's job as the Lakeflow pipeline builds it."""
-    from binlake.capture import pipeline
+    from binlake.capture.context import Context
+    from binlake.capture.plan import plan
+    from binlake.capture.snapshot import snapshot
     from binlake.databricks import stream_job
     from binlake.spark.sources import register
 
     cfg = load(_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake"))
-    pipeline.plan(cfg)
-    pipeline.snapshot(cfg)
+    plan(cfg)
+    snapshot(cfg)
     register(spark)
-    ctx = pipeline.Context(cfg)
+    ctx = Context(cfg)
     return ctx, stream_job.build(ctx)
 
 

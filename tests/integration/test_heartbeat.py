@@ -12,9 +12,12 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from binlake.config import load
 from binlake.offsets import BinlogPosition
-from binlake.capture.pipeline import Context, run
+from binlake.capture.context import Context
+from binlake.capture.run import run
 from binlake.source.dialect import binlog_head
-from binlake.capture.stream import PROGRESS_METRICS, committed_offset, resume_position
+from binlake.capture.stream_query import PROGRESS_METRICS
+from binlake.lake.checkpoint import committed_offset
+from binlake.capture.stream import resume_position
 from binlake.commands.status import status
 from binlake.lake.target import Target
 

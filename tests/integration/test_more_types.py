@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from binlake.capture.chunking import KeyOrder
+from binlake.keys import KeyOrder
 from binlake.source.catalog import load_schema
 from binlake.source.connection import connect as source_connect
 

@@ -13,9 +13,9 @@ from pyspark.sql import functions as F
 
 from binlake.config import load
 from binlake.commands.devdb import DevDb
-from binlake.capture.pipeline import run
+from binlake.capture.run import run
 from binlake.source.dialect import binlog_head
-from binlake.spark.sources import BATCH_ROWS
+from binlake.spark.batches import BATCH_ROWS
 from binlake.lake.target import Target
 
 from .workload import bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config

@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 
 from binlake.config import load
 from binlake.errors import NewTableError, RuntimeFailure
-from binlake.capture.pipeline import Context, capture_new_tables, stream
+from binlake.capture.context import Context
+from binlake.capture.stream import capture_new_tables, stream
 from binlake.lake import split_state as state
-from binlake.capture.stream import committed_offset
+from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
 
 from .capture import run_once, silver, write_config

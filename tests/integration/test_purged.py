@@ -11,10 +11,12 @@ import pytest
 
 from binlake.cli import main
 from binlake.config import load
-from binlake.capture.pipeline import Context, run
+from binlake.capture.context import Context
+from binlake.capture.run import run
 from binlake.source.dialect import binlog_head
 from binlake.lake import split_state as state
-from binlake.capture.stream import committed_offset, resume_position
+from binlake.lake.checkpoint import committed_offset
+from binlake.capture.stream import resume_position
 from binlake.lake.target import Target
 
 from .helpers import seq

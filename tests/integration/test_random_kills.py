@@ -23,7 +23,7 @@ import pymysql
 import pytest
 
 from binlake.config import load
-from binlake.capture.pipeline import run
+from binlake.capture.run import run
 from binlake.lake.target import Target
 
 from ..conftest import SERVERS, SLOW_SERVERS

@@ -24,7 +24,7 @@ from binlake.config import load
 from binlake.commands.devdb import DevDb
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_head
-from binlake.capture.stream import committed_offset
+from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
 
 from .helpers import seq

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from binlake.capture import pipeline
+from binlake.capture import snapshot as snapshot_step
 from binlake.cli import main
 
 from .capture import run_once, silver, write_config
@@ -23,7 +23,7 @@ def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, data
     for t in ("a", "b"):
         execute(dev_db, database, f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, gone INT)",
                 f"INSERT INTO {t} SELECT seq, seq, seq FROM {seq(1, 60)}")
-    read_group = pipeline.read_group
+    read_group = snapshot_step.read_group
     groups: dict[str, int] = {}
 
     def then_change(ctx: Any, schema: Any, splits: Any, ids: Any) -> Any:
@@ -35,7 +35,7 @@ def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, data
             execute(dev_db, database, "ALTER TABLE b DROP COLUMN gone", "UPDATE b SET v = -v WHERE id > 40")
         return landed
 
-    monkeypatch.setattr(pipeline, "read_group", then_change)
+    monkeypatch.setattr(snapshot_step, "read_group", then_change)
     cfg_path = write_config(tmp_path / "binlake.yml", dev_db.running_port(), [f"{database}\\.(a|b)"],
                             tmp_path / "lake", "6350-6354", chunk_size=20, group_size=1)
     cfg = run_once(cfg_path)

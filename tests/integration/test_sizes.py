@@ -10,9 +10,11 @@ import pymysql
 import pytest
 from pyspark.sql import functions as F
 
-from binlake.capture import pipeline
+from binlake.capture import plan as plan_step
 from binlake.config import load
-from binlake.capture.pipeline import plan, run, snapshot
+from binlake.capture.plan import plan
+from binlake.capture.run import run
+from binlake.capture.snapshot import snapshot
 from binlake.lake import split_state as state
 from binlake.lake.target import Target
 
@@ -77,7 +79,7 @@ def test_run_reads_groups_before_planning_ends(dev_db, database, spark, tmp_path
     port = dev_db.running_port()
     create_table(port, database, 1200)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=4)
-    monkeypatch.setattr(pipeline, "PLAN_BATCH", 8)  # two batches: 8 splits, then 5
+    monkeypatch.setattr(plan_step, "PLAN_BATCH", 8)  # two batches: 8 splits, then 5
     cfg = load(cfg_path)
     run(cfg, until_caught_up=True)
     target = Target.of(cfg)

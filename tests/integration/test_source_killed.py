@@ -22,7 +22,7 @@ import pytest
 from binlake.config import load
 from binlake.commands.devdb import DevDb
 from binlake.lake import split_state as state
-from binlake.capture.stream import committed_offset
+from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
 
 from ..conftest import SERVERS

@@ -12,10 +12,10 @@ import pytest
 
 from binlake.config import load
 from binlake.errors import ConfigError
-from binlake.capture.pipeline import run
+from binlake.capture.run import run
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
-from binlake.capture.stream import committed_offset
+from binlake.lake.checkpoint import committed_offset
 from binlake.capture.startup import contains, parse_position, resolve, validate
 from binlake.lake.target import Target
 

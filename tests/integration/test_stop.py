@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from binlake.config import load
-from binlake.capture.stream import committed_offset
+from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
 
 from .test_reconnect import running, wait_for

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from binlake.source.binlog_reader import RowChange
-from binlake.capture.chunking import range_predicate
+from binlake.keys import range_predicate
 from binlake.capture.handover import Handover
 from binlake.offsets import BinlogPosition
 from binlake.schema import qualified, quote

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from binlake.source.binlog_reader import RowChange, split_key_change
 from binlake.source.chunk_reader import Membership, _fold, row_identity
-from binlake.capture.chunking import KeyOrder
+from binlake.keys import KeyOrder
 from binlake.capture.handover import Handover
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from binlake.source.binlog_reader import _image
-from binlake.capture.chunking import PadSpaceWeight
+from binlake.keys import PadSpaceWeight
 from binlake.schema import Column, TableSchema
 
 SPACE = b"\x00\x20"  # one space's weight in utf8mb4_general_ci
@@ -52,7 +52,7 @@ def test_encoding_of_float_year_and_zero_timestamp() -> None:
 
 
 def test_date_and_time_keys_order_the_same_from_a_bound_and_from_the_binlog() -> None:
-    from binlake.capture.chunking import KeyOrder
+    from binlake.keys import KeyOrder
     from binlake.schema import TableSchema
 
     cols = (Column("d", "date", "date"), Column("t", "time", "time(6)", fraction=6),

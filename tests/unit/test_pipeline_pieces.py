@@ -6,7 +6,8 @@ import pytest
 
 from binlake.config import load
 from binlake.errors import ConfigError
-from binlake.capture.pipeline import Context, Progress
+from binlake.capture.context import Context
+from binlake.capture.snapshot import Progress
 
 
 def test_each_concurrent_reader_gets_its_own_server_id() -> None:

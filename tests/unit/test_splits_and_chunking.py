@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from binlake.capture.chunking import lexicographic, lexicographic_params
+from binlake.keys import lexicographic, lexicographic_params
 from binlake.schema import Column, TableSchema
 from binlake.splits import Split, group_id
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from binlake.capture.chunking import temporal_sort_key
+from binlake.keys import temporal_sort_key
 from binlake.schema import Column
 from binlake.source.binlog_types import _date, _datetime, known_metadata_only
 from binlake.valuetypes import text_form, text_form_sort_key

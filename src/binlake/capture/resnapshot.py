@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import logging
 import shutil
-from typing import TYPE_CHECKING
 
-from binlake.errors import ConfigError
+from binlake import faults
+from binlake.capture.context import Context
+from binlake.capture.plan import plan
+from binlake.capture.snapshot import snapshot
+from binlake.capture.startup import SNAPSHOT_MODES
+from binlake.errors import ConfigError, SchemaChangedError, SnapshotChangedError
+from binlake.lake import split_state
 from binlake.source.catalog import captured_tables
 from binlake.source.connection import connect
-
-if TYPE_CHECKING:
-    from binlake.capture.pipeline import Context
 
 log = logging.getLogger(__name__)
 
 
 def request(ctx: Context, names: list[str]) -> None:
     """Record the intent to snapshot `names` again, then do it (plan and, in a snapshot mode, read)."""
-    from binlake.capture.startup import SNAPSHOT_MODES
-
     mode = ctx.cfg.get("stream.startup-mode")
     if mode not in SNAPSHOT_MODES:
         raise ConfigError(
@@ -64,9 +64,6 @@ def pending(ctx: Context) -> list[str]:
 
 def finish(ctx: Context) -> list[str]:
     """Carry out every recorded intent (after a crash, the ones it left); the tables set up again."""
-    from binlake.capture import pipeline
-    from binlake.lake import split_state
-
     names = pending(ctx)
     if not names:
         return []
@@ -87,10 +84,55 @@ def finish(ctx: Context) -> list[str]:
     ctx.forget_schemas()
     again = [n for n in names if n in present]
     if again:
-        pipeline.plan(ctx.cfg, ctx)
+        plan(ctx.cfg, ctx)
     for name in names:
         ctx.target.resnapshot_intent(name).unlink(missing_ok=True)
     if again:
         log.warning("snapshotting %s again", ", ".join(again))
-        pipeline.snapshot(ctx.cfg, None, ctx, tables=again)
+        snapshot(ctx.cfg, None, ctx, tables=again)
     return again
+
+
+def after_change(ctx: Context, changed: SchemaChangedError, done: dict[str, int]) -> None:
+    """Snapshot a changed table again where that is the way to follow the change (see
+    `binlake.capture.resnapshot`); raise `changed` where it is not, or after 3 times for one table."""
+    policy = ctx.cfg.get("stream.schema-changes")
+    table = changed.table
+    if (policy == "fail" or table is None or table not in ctx.schemas()
+            or ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES
+            or not (isinstance(changed, SnapshotChangedError) or policy == "evolve")):
+        raise changed
+    done[table] = done.get(table, 0) + 1
+    if done[table] > 3:
+        raise changed
+    log.warning("%s; snapshotting %s again", changed.message.split(";")[0], table)
+    request(ctx, [table])
+
+
+def everything(ctx: Context) -> None:
+    """Forget the stream and the snapshot of every captured table, then plan and snapshot them again.
+
+    Crash-safe by its order: the checkpoint goes first, so until the split state is retired the next
+    start still finds a purged position (the old high watermarks) and resets again; bronze and silver
+    are emptied (not dropped, so their schemas and locations stay) before the chunks are retired.
+    """
+    from delta.tables import DeltaTable  # deferred: the Delta Python API needs a running JVM's classes
+
+    spark = ctx.session()
+    names = list(ctx.schemas())
+    shutil.rmtree(ctx.target.checkpoint, ignore_errors=True)
+    ctx.target.stream_progress.unlink(missing_ok=True)
+    for name in names:
+        for location in (ctx.target.bronze(name).location, ctx.target.silver(name).location):
+            if DeltaTable.isDeltaTable(spark, location):
+                DeltaTable.forPath(spark, location).delete()
+    split_state.retire(spark, ctx.target.split_state, names)
+    # the new snapshot records its server afresh (after a source change, the new one); every position
+    # of the old one is gone by now
+    ctx.target.source_lineage.unlink(missing_ok=True)
+    ctx.target.gtid_record.unlink(missing_ok=True)
+    ctx.forget_lineage()
+    faults.point("mid_resnapshot", ",".join(names))
+    plan(ctx.cfg, ctx)
+    snapshot(ctx.cfg, None, ctx)
+

@@ -31,11 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from binlake.config import Config
-from binlake.source.dialect import Dialect
 from binlake.errors import ConfigError
 from binlake.offsets import BinlogPosition
-from binlake.source.gtids import (binlog_events, contains, covered_file, file_state, is_mysql_state,
-                                  parse_mariadb, parse_mysql, previous_gtids)
+from binlake.source.dialect import Dialect, binlog_files, binlog_head
+from binlake.source.gtids import (
+    binlog_events,
+    contains,
+    covered_file,
+    file_state,
+    is_mysql_state,
+    parse_state,
+    previous_gtids,
+)
+from binlake.source.identity import file_created
 
 __all__ = ["contains", "parse_position", "resolve", "validate"]
 
@@ -63,9 +71,7 @@ _GTID = re.compile(r"(\d+)-(\d+)-(\d+)")
 def parse_position(text: str) -> BinlogPosition | dict[str, Any]:
     """A `file:position`, a MariaDB GTID position ({domain: sequence number}) or a MySQL GTID set
     ({uuid: intervals}), see `binlake.source.gtids`."""
-    gtids = parse_mariadb(text)
-    if gtids is None:
-        gtids = parse_mysql(text)  # type: ignore[assignment]
+    gtids = parse_state(text)
     if gtids is not None:
         return gtids
     file, sep, pos = text.rpartition(":")
@@ -94,8 +100,6 @@ def validate(cfg: Config) -> None:
 
 def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
     """The stream's start for a non-snapshot mode: the stored one, else chosen now and stored."""
-    from binlake.source.dialect import binlog_files, binlog_head
-
     if stored.exists():
         return Start.from_dict(json.loads(stored.read_text()))
     validate(cfg)
@@ -109,13 +113,13 @@ def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
         files = binlog_files(conn)
         if isinstance(position, dict):
             text = cfg.get("stream.startup-position")
+            # the form the text is in: once the server's dialect reads it, the server's own
             mysql_set = is_mysql_state(position)
-            if mysql_set == dialect.is_mariadb:
-                given, server, needed = (("a MySQL GTID set", "MariaDB", "a MariaDB GTID position (@@gtid_binlog_pos)")
-                                         if mysql_set else
-                                         ("a MariaDB GTID position", "MySQL", "a GTID set (@@gtid_executed)"))
-                raise ConfigError(f"stream.startup-position is {given} but the source is {server}; binlake needs "
-                                  f"'file:position' or {needed} there: fix stream.startup-position")
+            if dialect.parse_gtids(text) is None:
+                given = "a MySQL GTID set" if mysql_set else "a MariaDB GTID position"
+                raise ConfigError(f"stream.startup-position is {given} but the source is {dialect.name}; binlake "
+                                  f"needs 'file:position' or {dialect.gtid_state_form} there: fix "
+                                  "stream.startup-position")
             found = mysql_gtid_start(conn, position, text) if mysql_set else gtid_start(conn, position, text)
             start = Start(found, applied=position)
         elif position.file not in files:
@@ -138,8 +142,6 @@ def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
 def _file_at(cfg: Config, conn: Any, since: int) -> str:
     """The newest binlog file created at or before `since`: every event in older files is older.
     A file's creation time is the timestamp of its format-description event."""
-    from binlake.source.dialect import binlog_files
-
     files = binlog_files(conn)
     chosen = files[0]
     for name in files:
@@ -150,8 +152,6 @@ def _file_at(cfg: Config, conn: Any, since: int) -> str:
 
 
 def _created(cfg: Config, file: str) -> int:
-    from binlake.source.identity import file_created
-
     return file_created(cfg.connection(), file) or 0
 
 
@@ -164,8 +164,6 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
     """The position of the first transaction of a named domain after the one `applied` names there:
     found from the newest binlog file whose starting GTID state is not past `applied`, scanning its
     events (SHOW BINLOG EVENTS, no replication connection); the head when there is none yet."""
-    from binlake.source.dialect import binlog_files, binlog_head
-
     files = binlog_files(conn)
     first = None
     for i in range(len(files) - 1, -1, -1):
@@ -190,8 +188,6 @@ def gtid_start(conn: Any, applied: dict[str, int], text: str, page: int = 5000) 
 def mysql_gtid_start(conn: Any, applied: dict[str, list[list[int]]], text: str) -> BinlogPosition:
     """The start of the newest binlog file whose earlier transactions are all in the GTID set
     `applied`: every transaction the set lacks is at or after it."""
-    from binlake.source.dialect import binlog_files
-
     files = binlog_files(conn)
     found = covered_file(conn, files, applied)
     if found is not None:

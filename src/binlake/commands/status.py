@@ -7,17 +7,18 @@ import json
 import time
 from typing import Any
 
+from binlake.capture.context import Context
 from binlake.config import Config
+from binlake.errors import PositionGoneError, SourceChangedError
+from binlake.lake.checkpoint import committed_end
 from binlake.offsets import BinlogPosition
-from binlake.capture.pipeline import Context
+from binlake.source.connection import connect
+from binlake.source.dialect import binlog_head
+from binlake.source.identity import Lineage, identify
 
 
 def status(cfg: Config) -> dict[str, Any]:
-    from binlake.source.connection import connect
-    from binlake.source.dialect import binlog_head
     from binlake.lake import split_state as state
-    from binlake.source.identity import identify
-    from binlake.capture.stream import committed_end
 
     ctx = Context(cfg)
     spark = ctx.session()
@@ -73,9 +74,7 @@ def status(cfg: Config) -> dict[str, Any]:
 def _source(ctx: Context, identity: Any) -> dict[str, Any]:
     """The server the stored positions belong to, the one at source.hostname now, and whether it holds
     their history (the check a run makes before it streams, binlake.source.identity)."""
-    from binlake.errors import PositionGoneError, SourceChangedError
-    from binlake.capture.pipeline import check_position
-    from binlake.source.identity import Lineage
+    from binlake.capture.stream import check_position
 
     now = str(identity)
     lineage = Lineage.load(ctx.target.source_lineage)

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from binlake.lake import bronze
+from binlake.capture.context import Context
 from binlake.config import Config
-from binlake.capture.pipeline import Context
+from binlake.keys import KeyOrder
+from binlake.lake import bronze
+from binlake.lake import split_state as state
+from binlake.source.chunk_reader import Membership
+from binlake.source.connection import connect
 
 
 def verify(cfg: Config) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from binlake.source.chunk_reader import Membership
-    from binlake.capture.chunking import KeyOrder
-    from binlake.source.connection import connect
-    from binlake.lake import split_state as state
 
     ctx = Context(cfg)
     spark = ctx.session()

@@ -3,7 +3,7 @@
 
 Each parses the task parameters into a `Config` (the same keys `binlake --set` takes), reads the
 source password from the Databricks secret scope and key named by the parameters, and calls
-`binlake.capture.pipeline`. They hold no algorithm of their own.
+`binlake.capture.plan` and `binlake.capture.snapshot`. They hold no algorithm of their own.
 
 `binlake-plan` hands the chunk-group ids to the job's for_each task as the task value `groups`. The
 Databricks docs support `dbutils.jobs.taskValues.set` in Python notebooks only, so the job runs it
@@ -107,7 +107,7 @@ def task_value_for(group_ids: Sequence[int]) -> str:
     if bad:
         raise RuntimeFailure(
             f"snapshot group ids must be whole numbers >= 0; the planner returned {bad[:3]!r}: "
-            "this is a bug in binlake.capture.pipeline.group_ids, please report it"
+            "this is a bug in binlake.capture.plan.group_ids, please report it"
         )
     text = json.dumps(list(group_ids))
     size = len(text.encode("utf-8"))
@@ -149,7 +149,7 @@ def _plan(argv: Sequence[str] | None, dbutils: DbUtils | None) -> None:
     utils = dbutils if dbutils is not None else runtime_dbutils("binlake-plan", needs_task_values=True)
     cfg = load_config(ns, lambda: utils)
 
-    from binlake.capture.pipeline import group_ids, plan
+    from binlake.capture.plan import group_ids, plan
 
     plan(cfg)
     ids = group_ids(cfg)
@@ -171,7 +171,7 @@ def _snapshot(argv: Sequence[str] | None, dbutils: DbUtils | None) -> None:
 
     cfg = load_config(ns, utils)
 
-    from binlake.capture.pipeline import snapshot
+    from binlake.capture.snapshot import snapshot
 
     snapshot(cfg, groups=None if ns.group is None else [ns.group], apply_silver=False)
     print(f"binlake-snapshot: group {'all' if ns.group is None else ns.group} done")

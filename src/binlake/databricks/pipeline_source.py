@@ -27,11 +27,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from binlake.lake import bronze, silver
 from binlake import config as config_mod
+from binlake.capture.context import Context
+from binlake.databricks import stream_job
+from binlake.databricks.entrypoints import load_with_secret, runtime_dbutils
 from binlake.errors import ConfigError
-from binlake.schema import TableSchema
+from binlake.lake import bronze, silver
 from binlake.lake.target import Target
+from binlake.schema import TableSchema
+from binlake.spark.sources import register
 
 CONF_PREFIX = "binlake."
 SCD_TYPE_KEY = "binlake.silver.scd-type"
@@ -79,8 +83,6 @@ def dataset_name(target: Target, kind: str, source: str) -> str:
 
 def pipeline_config(spark: Any, dbutils: Callable[[], Any] | None = None) -> config_mod.Config:
     """The binlake configuration from the pipeline configuration, with the password from the secret scope."""
-    from binlake.databricks.entrypoints import load_with_secret, runtime_dbutils
-
     def conf_get(key: str) -> str | None:
         value = spark.conf.get(key, None)
         return None if value is None else str(value)
@@ -95,9 +97,6 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
     """Register the pipeline's datasets and flows with the active pipeline graph."""
     from pyspark import pipelines as dp
 
-    from binlake.databricks import stream_job
-    from binlake.capture.pipeline import Context
-    from binlake.spark.sources import register
 
     cfg = pipeline_config(spark, dbutils)
     scd = scd_type(lambda k: spark.conf.get(k, None))

@@ -4,7 +4,7 @@
 (that travels in the `password` option, which Spark redacts), the schemas of the captured tables,
 every table's chunks with their high watermarks, the stream's server id, the start position
 min(HW) and whether the server is MariaDB. The local stream (spark/streaming.py) builds it inline;
-this module builds the same for the pipeline from `binlake.capture.pipeline.Context` and the split state.
+this module builds the same for the pipeline from `binlake.capture.context.Context` and the split state.
 
 The stream starts after the snapshot, so a table that has no chunks, or a chunk not read yet, is
 refused here with the step to run: without a high watermark the handover rule cannot tell which
@@ -22,7 +22,7 @@ from binlake.schema import TableSchema
 from binlake.splits import Split, newest
 
 if TYPE_CHECKING:
-    from binlake.capture.pipeline import Context
+    from binlake.capture.context import Context
 
 # error conditions Spark and Delta give for a path that holds no Delta table (yet)
 _NO_TABLE = ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND", "is not a Delta table")
@@ -82,7 +82,7 @@ def build(ctx: Context) -> StreamJob:
             "run the binlake job's snapshot task (or binlake snapshot) first"
         )
     start = min(s.hw for ss in splits.values() for s in ss if s.hw is not None)
-    from binlake.capture.stream import binlog_job
+    from binlake.capture.stream_query import binlog_job
 
     job = binlog_job(ctx, schemas, splits, start, gtid_offsets=True)
     return StreamJob(job, str(ctx.params["password"]), schemas)

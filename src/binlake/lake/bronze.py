@@ -18,11 +18,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from binlake.lake import storage
 from binlake import valuetypes
+from binlake.lake import storage
+from binlake.lake.target import CHECKPOINT_INTERVAL
 from binlake.offsets import EPOCH_FACTOR
 from binlake.schema import Column, TableSchema
-from binlake.lake.target import CHECKPOINT_INTERVAL
 
 CHANGE_META = (
     "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT, "

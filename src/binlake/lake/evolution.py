@@ -35,7 +35,15 @@ from typing import Any, Literal
 from binlake.errors import SchemaChangedError
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
-from binlake.source.schema_changes import COMMENT, SchemaChange, ShapeColumn, TableShape, column_difference, structure
+from binlake.source.schema_changes import (
+    COMMENT,
+    SchemaChange,
+    ShapeColumn,
+    TableShape,
+    column_difference,
+    shape_difference,
+    structure,
+)
 
 Policy = Literal["evolve", "lenient", "ignore", "fail"]
 Kind = Literal["alter", "truncate"]
@@ -421,8 +429,6 @@ class Evolver:
 
     def on_shape(self, shape: TableShape, at: BinlogPosition) -> Version | None:
         """A new version when the rows of the transaction at `at` do not fit the current one."""
-        from binlake.source.schema_changes import shape_difference
-
         if shape_difference(self.schema(shape.table), shape) is None:
             return None
         return self._derive(shape.table, at, lambda old, now, d: by_shape(old, shape, now, d))

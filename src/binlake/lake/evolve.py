@@ -21,9 +21,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from binlake.lake import bronze, silver
 from binlake import faults
 from binlake.errors import SchemaChangedError
+from binlake.lake import bronze, silver
 from binlake.lake.evolution import Policy, Version
 from binlake.schema import Column, TableSchema
 

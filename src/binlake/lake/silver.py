@@ -17,8 +17,8 @@ from pyspark.sql import types as T
 from binlake import faults
 from binlake.lake import storage
 from binlake.lake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
-from binlake.schema import TableSchema
 from binlake.lake.target import CHECKPOINT_INTERVAL
+from binlake.schema import TableSchema
 
 SILVER_META = [T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("_ts", T.TimestampType())]
 # the ordinal of a row among identical rows of a key-less table (1..count)

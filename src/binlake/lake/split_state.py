@@ -9,8 +9,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from binlake.lake import storage
-from binlake.splits import STATUS_RANK, Split, newest
 from binlake.lake.target import CHECKPOINT_INTERVAL
+from binlake.splits import STATUS_RANK, Split, newest
 
 SCHEMA = (
     "table STRING, table_no INT, chunk INT, group_id BIGINT, start STRING, `end` STRING, status STRING, "

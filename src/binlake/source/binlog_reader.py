@@ -10,28 +10,38 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import FIELD_TYPE, NONE_SOURCE
+from pymysqlreplication.event import (
+    GtidEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
 from pymysqlreplication.json_binary import JsonDiff
-from pymysqlreplication.event import (GtidEvent, MariadbGtidEvent, NotImplementedEvent, QueryEvent, RotateEvent,
-                                     XidEvent)
-from pymysqlreplication.row_event import DeleteRowsEvent, PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    PartialUpdateRowsEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
 
-from binlake.errors import PositionGoneError, RuntimeFailure
+from binlake.errors import RuntimeFailure
 from binlake.offsets import BinlogPosition, event_seq, row_slot
+from binlake.source import binlog_types
+from binlake.source.binlog_dump import Catchup, NotServedYet, refusal
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
+from binlake.source.gtids import GTID_NEXT, Seen
 from binlake.source.reconnect import Backoff, is_connection_lost
 from binlake.source.rowcodec import RowDecoder
 from binlake.source.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
-from binlake.source import binlog_types
-from binlake.source.connection import DEFAULT_READ_TIMEOUT, connect, settings
-from binlake.source.dialect import purged
-from binlake.source.gtids import GTID_NEXT, Seen
 
 log = logging.getLogger(__name__)
 
@@ -94,94 +104,10 @@ def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinL
         only_events=[WriteRowsEvent, UpdateRowsEvent, PartialUpdateRowsEvent, DeleteRowsEvent, GtidEvent,
                      MariadbGtidEvent, RotateEvent, XidEvent, QueryEvent, NotImplementedEvent],
         filter_non_implemented_events=False,
-        # is_mariadb=True would make the library ignore log_file/log_pos and start from a GTID state;
-        # MariaDB GTID events still arrive (the library always sets @mariadb_slave_capability=4).
-        is_mariadb=False,
+        # by file and position on both servers: the library's default (its MariaDB mode would ignore
+        # log_file/log_pos and start from a GTID state); MariaDB GTID events still arrive (the library
+        # always sets @mariadb_slave_capability=4)
         enable_logging=False,
-    )
-
-
-class NotServedYet(Exception):
-    """The dump ended, or refused to start, short of a position the server has reported written."""
-
-
-@dataclass
-class Catchup:
-    """Waiting for the server to serve what it has already written.
-
-    A binlog dump sends only what the server has synced, but `SHOW ... STATUS` reports the written
-    end, and with `sync_binlog=1` an fsync sits between the two. A read up to (or from) a position
-    reported a moment ago can find the dump short of it: it ends early, or refuses to start with error
-    1236 'position > file size'. That is a short wait, not a server restart and not a purge. The wait
-    is bounded by `source.read-timeout` without progress; pauses grow from 5 ms to 200 ms.
-    """
-
-    timeout: float
-    _since: float | None = None
-    _pause: float = 0.005
-
-    def wait(self, why: str) -> None:
-        now = time.monotonic()
-        if self._since is None:
-            self._since = now
-        if now - self._since >= self.timeout:
-            raise RuntimeFailure(
-                f"{why} for {self.timeout:g}s; binlake waits for the server to serve what it reported "
-                "written: raise source.read-timeout if its disk is that slow, or check the server"
-            )
-        time.sleep(self._pause)
-        self._pause = min(self._pause * 2, 0.2)
-
-    def reset(self) -> None:
-        self._since, self._pause = None, 0.005
-
-
-def _failure(exc: Exception, params: dict[str, Any], start: BinlogPosition, server_id: int) -> Exception:
-    """The server's refusal as one line binlake can act on (or `NotServedYet`), or `exc` itself."""
-    text = str(exc)
-    if "max_allowed_packet" in text:
-        return RuntimeFailure(
-            f"a binlog event after {start} is larger than the server's max_allowed_packet; binlake "
-            "needs the whole event: SET GLOBAL max_allowed_packet=1073741824 (and in the server "
-            "config), then run again"
-        )
-    # MySQL refuses a second replica with the same id with error 1236 too, so this test comes first
-    if "server_id" in text.lower() or "server id" in text.lower():
-        return RuntimeFailure(
-            f"binlog reader server id {server_id} was taken over by another replica or binlake pipeline "
-            "connecting with the same id; binlake needs ids no other reader of this source uses: set "
-            "source.server-id to a free range"
-        )
-    code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
-    if code != 1236 and "1236" not in text:
-        return exc
-    if "file size" in text or "impossible position" in text:
-        return NotServedYet(f"the source refused to send its binlog from {start} (not yet synced)")
-    # a 1236 is a purge only if the file is really gone: the same code covers other refusals
-    gone = gone_error(params, start)
-    if gone is not None:
-        return gone
-    message = " ".join(str(exc.args[-1] if exc.args else exc).split())
-    return RuntimeFailure(f"the source refused to send its binlog from {start}: {message} (MySQL error 1236)")
-
-
-def gone_error(params: dict[str, Any], position: BinlogPosition) -> PositionGoneError | None:
-    """The error to raise when `position`'s binlog file is no longer on the server, else None."""
-    conn = connect(params)
-    try:
-        oldest = purged(conn, position)
-    finally:
-        conn.close()
-    return None if oldest is None else PositionGoneError(purged_message(position, oldest))
-
-
-def purged_message(position: BinlogPosition, oldest: str | None = None) -> str:
-    have = f" (its oldest is {oldest})" if oldest else ""
-    return (
-        f"binlog file {position.file} (stored position {position}) has been purged from the server{have}; "
-        "binlake cannot resume from it without losing changes: set stream.on-purged: resnapshot to snapshot "
-        "the tables again, or delete the target and run again; keep binlogs longer "
-        "(binlog_expire_logs_seconds / expire_logs_days) so it does not recur"
     )
 
 
@@ -214,16 +140,9 @@ def read_changes(
     far (binlake.source.identity): one restarted with a new data directory, say. `seen` collects the
     GTID of every transaction that starts before `stop`, wanted or not.
     """
+    reading = _Reading(params, start, stop, wanted, on_position, ddl, seen)
     backoff = Backoff(params, reconnect_timeout)
     catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
-    epoch = start.epoch
-    txn_start = start  # where the transaction being read began: a safe place to reopen
-    done = start  # events starting before this were handled completely
-    in_txn = False
-    gtid: str | None = None
-    shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]] = {}
-    fast = RowDecoder()
-    tagged = TaggedGtids(params)
     lost = False
     while True:
         if lost and on_reopen is not None:
@@ -232,34 +151,20 @@ def read_changes(
             except Exception as exc:  # noqa: BLE001 - still away: keep waiting, within the patience
                 if not is_connection_lost(exc):
                     raise
-                backoff.wait(exc, f"reading the binlog at {done}")
+                backoff.wait(exc, f"reading the binlog at {reading.done}")
                 continue
         lost = False
-        stream = _open(params, server_id, txn_start)
+        stream = _open(params, server_id, reading.txn_start)
         try:
             while True:
                 try:
                     event = stream.fetchone()
                 except Exception as exc:  # the library raises pymysql errors with the server's text
-                    if is_connection_lost(exc):
-                        if reconnect_timeout <= 0:
-                            raise RuntimeFailure(
-                                f"lost the source while reading the binlog at {done} ({_cause(exc)}); set "
-                                "source.reconnect-timeout to ride out a server restart or a dropped connection"
-                            ) from None
-                        backoff.wait(exc, f"reading the binlog at {done}")
-                        lost = True
-                        break
-                    failure = _failure(exc, params, txn_start, server_id)
-                    if isinstance(failure, NotServedYet):
-                        catchup.wait(str(failure))
-                        break
-                    if failure is exc:
-                        raise
-                    raise failure from None
+                    lost = _refused(exc, reading, backoff, catchup, reconnect_timeout, server_id)
+                    break
                 if event is None:
-                    reached = (BinlogPosition(stream.log_file, int(stream.log_pos or 0), epoch) if stream.log_file
-                               else None)
+                    reached = (BinlogPosition(stream.log_file, int(stream.log_pos or 0), reading.epoch)
+                               if stream.log_file else None)
                     if stop is None or (reached is not None and reached >= stop):
                         return
                     # the dump ended short of `stop`, which the server had reported written: it has not
@@ -269,61 +174,121 @@ def read_changes(
                     break
                 backoff.reset()
                 catchup.reset()
-                end = int(event.packet.log_pos)
-                size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
-                file = stream.log_file
-                if isinstance(event, RotateEvent):
-                    continue
-                begin = end - size if end else 0
-                here = BinlogPosition(file, begin, epoch)
-                if stop is not None and here >= stop:
+                if (yield from reading.take(event, stream.log_file)):
                     return
-                if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                    gtid = str(event.gtid)
-                    txn_start, in_txn = here, True
-                    if seen is not None:
-                        seen.add(gtid)
-                elif isinstance(event, NotImplementedEvent) and event.event_type == GTID_TAGGED_LOG_EVENT:
-                    gtid = tagged.gtid(here)
-                    txn_start, in_txn = here, True
-                    if seen is not None:
-                        seen.add(gtid)
-                elif isinstance(event, NotImplementedEvent) and event.event_type == ANONYMOUS_GTID_LOG_EVENT:
-                    if seen is not None:
-                        seen.add(None)  # a transaction without a GTID: no GTID state to fail over with
-                elif isinstance(event, QueryEvent) and _query(event) == "BEGIN":
-                    if not in_txn:
-                        txn_start, in_txn = here, True
-                elif here < done:
-                    continue  # yielded before the connection was lost
-                elif isinstance(event, NotImplementedEvent):
-                    if event.event_type == TRANSACTION_PAYLOAD_EVENT:
-                        raise RuntimeFailure(compressed_message(here))
-                    continue  # anonymous or tagged GTIDs, heartbeats: no rows
-                elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                    if wanted(event.schema, event.table):
-                        if ddl:
-                            yield from _shape_change(shapes, event, file, begin, txn_start)
-                        yield from _rows(event, here, gtid, fast)
-                elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
-                    if ddl and isinstance(event, QueryEvent):
-                        default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
-                        for kind, db, table in ddl_tables(event.query, default_db):
-                            # the guard knows which tables a DROP DATABASE takes, and which new ones match
-                            if wanted(db, table) or kind in ("drop_database", "create_table", "rename"):
-                                yield SchemaChange(f"{db}.{table}", kind, file, begin, _text(event.query),
-                                                   txn_start if in_txn else here)
-                    gtid = None
-                    in_txn = False
-                    if end:
-                        txn_start = BinlogPosition(file, end, epoch)
-                if end:
-                    done = max(done, BinlogPosition(file, end, epoch))
-                    if on_position is not None:
-                        on_position(BinlogPosition(file, end, epoch), int(event.timestamp))
         finally:
             stream.close()
-            tagged.close()
+            reading.tagged.close()
+
+
+def _refused(exc: Exception, reading: _Reading, backoff: Backoff, catchup: Catchup, reconnect_timeout: float,
+             server_id: int) -> bool:
+    """After the dump failed with `exc`: True for a lost connection to reopen (once `backoff` waited),
+    False for a dump not served yet (once `catchup` waited); anything else raised as one line."""
+    if is_connection_lost(exc):
+        if reconnect_timeout <= 0:
+            raise RuntimeFailure(
+                f"lost the source while reading the binlog at {reading.done} ({_cause(exc)}); set "
+                "source.reconnect-timeout to ride out a server restart or a dropped connection"
+            ) from None
+        backoff.wait(exc, f"reading the binlog at {reading.done}")
+        return True
+    failure = refusal(exc, reading.params, reading.txn_start, server_id)
+    if isinstance(failure, NotServedYet):
+        catchup.wait(str(failure))
+        return False
+    if failure is exc:
+        raise exc
+    raise failure from None
+
+
+@dataclass
+class _Reading:
+    """Where a read stands in the binlog, across the dump connections it takes: the start of the
+    transaction being read (a safe place to reopen) and the end of the events handled completely."""
+
+    params: dict[str, Any]
+    start: BinlogPosition
+    stop: BinlogPosition | None
+    wanted: Callable[[str, str], bool]
+    on_position: Callable[[BinlogPosition, int], None] | None
+    ddl: bool
+    seen: Seen | None
+    in_txn: bool = False
+    gtid: str | None = None
+
+    def __post_init__(self) -> None:
+        self.epoch = self.start.epoch
+        self.txn_start = self.start  # where the transaction being read began: a safe place to reopen
+        self.done = self.start  # events starting before this were handled completely
+        self.shapes: dict[str, tuple[int, tuple[ShapeColumn, ...]]] = {}
+        self.fast = RowDecoder()
+        self.tagged = TaggedGtids(self.params)
+
+    def take(self, event: Any, file: str) -> Generator[Any, None, bool]:
+        """The changes of one event read from `file`; True once the read has reached `stop`."""
+        end = int(event.packet.log_pos)
+        size = int(event.packet.event_size)  # the whole event; `event.event_size` leaves out header and checksum
+        if isinstance(event, RotateEvent):
+            return False
+        begin = end - size if end else 0
+        here = BinlogPosition(file, begin, self.epoch)
+        if self.stop is not None and here >= self.stop:
+            return True
+        if not (yield from self._handle(event, here, file, begin, end)):
+            return False
+        if end:
+            self.done = max(self.done, BinlogPosition(file, end, self.epoch))
+            if self.on_position is not None:
+                self.on_position(BinlogPosition(file, end, self.epoch), int(event.timestamp))
+        return False
+
+    def _handle(self, event: Any, here: BinlogPosition, file: str, begin: int, end: int) -> Generator[Any, None, bool]:
+        """The changes of an event starting at `here`; False for one passed over whole (read before
+        the connection was lost, or one without rows), which moves no position."""
+        if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+            self._begin(str(event.gtid), here)
+        elif isinstance(event, NotImplementedEvent) and event.event_type == GTID_TAGGED_LOG_EVENT:
+            self._begin(self.tagged.gtid(here), here)
+        elif isinstance(event, NotImplementedEvent) and event.event_type == ANONYMOUS_GTID_LOG_EVENT:
+            if self.seen is not None:
+                self.seen.add(None)  # a transaction without a GTID: no GTID state to fail over with
+        elif isinstance(event, QueryEvent) and _query(event) == "BEGIN":
+            if not self.in_txn:
+                self.txn_start, self.in_txn = here, True
+        elif here < self.done:
+            return False  # yielded before the connection was lost
+        elif isinstance(event, NotImplementedEvent):
+            if event.event_type == TRANSACTION_PAYLOAD_EVENT:
+                raise RuntimeFailure(compressed_message(here))
+            return False  # anonymous or tagged GTIDs, heartbeats: no rows
+        elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+            if self.wanted(event.schema, event.table):
+                if self.ddl:
+                    yield from _shape_change(self.shapes, event, file, begin, self.txn_start)
+                yield from _rows(event, here, self.gtid, self.fast)
+        elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
+            if self.ddl and isinstance(event, QueryEvent):
+                yield from self._schema_changes(event, file, begin, here)
+            self.gtid = None
+            self.in_txn = False
+            if end:
+                self.txn_start = BinlogPosition(file, end, self.epoch)
+        return True
+
+    def _begin(self, gtid: str | None, here: BinlogPosition) -> None:
+        self.gtid = gtid
+        self.txn_start, self.in_txn = here, True
+        if self.seen is not None:
+            self.seen.add(gtid)
+
+    def _schema_changes(self, event: Any, file: str, begin: int, here: BinlogPosition) -> Iterator[SchemaChange]:
+        default_db = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else str(event.schema)
+        for kind, db, table in ddl_tables(event.query, default_db):
+            # the guard knows which tables a DROP DATABASE takes, and which new ones match
+            if self.wanted(db, table) or kind in ("drop_database", "create_table", "rename"):
+                yield SchemaChange(f"{db}.{table}", kind, file, begin, _text(event.query),
+                                   self.txn_start if self.in_txn else here)
 
 
 def _cause(exc: BaseException) -> str:

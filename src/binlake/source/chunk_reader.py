@@ -26,13 +26,13 @@ from typing import Any
 
 from binlake import faults
 from binlake.errors import RuntimeFailure, SchemaChangedError, UnconvertibleValueError
-from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
-from binlake.capture.chunking import KeyOrder, range_predicate
+from binlake.keys import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
-from binlake.source.schema_changes import Guard
+from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
 from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, select_rows
 from binlake.source.dialect import Dialect
+from binlake.source.schema_changes import Guard
 from binlake.splits import Split
 
 log = logging.getLogger(__name__)

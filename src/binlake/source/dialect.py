@@ -1,8 +1,15 @@
 """What differs between the servers binlake reads: MariaDB, MySQL 8.0/8.4 and MySQL 9.x.
 
-Every statement whose spelling depends on the server, and the way a chunk read gets an exact binlog
-position, is chosen here from the server's version, so the rest of binlake asks the dialect instead
-of testing the server's name.
+Every statement whose spelling depends on the server, the form of its GTIDs, the way a chunk read gets
+an exact binlog position and the way a failover finds where to read on, is chosen here from the
+server's version, so the rest of binlake asks the dialect instead of testing the server's name.
+
+GTIDs differ in form (`binlake.source.gtids` keeps the arithmetic on them, the same code for both):
+MariaDB names a transaction `domain-server-seq`, and its GTID state is the last GTID per replication
+domain (`@@gtid_binlog_pos`: `0-1-42,1-7-3`); MySQL names one `uuid:n` (`uuid:tag:n` on 8.4+), and
+its state is the set of transaction numbers per source UUID and tag (`@@gtid_executed`:
+`uuid:1-5:11-18`). A domain's numbers rise in binlog order, so MariaDB's last GTID stands for all
+before it; MySQL's sets can have gaps, so a set is kept whole.
 
 The exact chunk read (why `SHOW ... STATUS` alone is not enough): under group commit a transaction is
 written to the binlog, and the position the status command reports moves past it, before the storage
@@ -41,12 +48,28 @@ import pymysql
 
 from binlake.errors import ConfigError, RuntimeFailure
 from binlake.offsets import BinlogPosition
+from binlake.source.connection import epoch_of
+from binlake.source.gtids import (
+    GTID_NEXT,
+    Seen,
+    advance,
+    binlog_events,
+    covered_file,
+    file_state,
+    format_mysql,
+    last_per_domain,
+    parse_mariadb,
+    parse_mysql,
+    previous_gtids,
+)
 
 Server = Literal["mariadb", "mysql"]
 SnapshotMethod = Literal["settled-commits", "settled-gtids"]
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
 _OWNER = re.compile(r"#\d+")
+# how SHOW BINLOG EVENTS prints a MariaDB GTID event: BEGIN GTID 0-1-42 (MySQL's: gtids.GTID_NEXT)
+_DOMAIN_GTID = re.compile(r"\b(\d+-\d+-\d+)\b")
 # how long a MariaDB chunk read polls the committed end before it lists the binlog up to its LW
 COMMIT_POLL_S = 0.05
 # events SHOW BINLOG EVENTS lists that belong to no transaction: a file's header, its end, the
@@ -86,11 +109,22 @@ class Dialect:
         return cls(d["server"], tuple(int(v) for v in d["version"]))  # type: ignore[arg-type]
 
     def __str__(self) -> str:
-        return f"{'MariaDB' if self.server == 'mariadb' else 'MySQL'} {'.'.join(map(str, self.version))}"
+        return f"{self.name} {'.'.join(map(str, self.version))}"
+
+    @property
+    def name(self) -> str:
+        return server_name(self.server)
 
     @property
     def is_mariadb(self) -> bool:
         return self.server == "mariadb"
+
+    @property
+    def minimum_version(self) -> tuple[int, int]:
+        """The oldest release binlake reads (major, minor; `binlake check` refuses older ones): MariaDB
+        10.5, the first to log the column names binlake decodes rows by (`binlog_row_metadata`), and
+        MySQL 8.0 (the check names a missing `binlog_row_metadata` on its own)."""
+        return (10, 5) if self.is_mariadb else (8, 0)
 
     @property
     def snapshot_method(self) -> SnapshotMethod:
@@ -138,7 +172,6 @@ class Dialect:
             row = cur.fetchone()
         if not row:
             raise ConfigError("log_bin is OFF; binlake needs ON: start the server with --log-bin and restart")
-        from binlake.source.connection import epoch_of
 
         return BinlogPosition(str(row[0]), int(row[1]), epoch_of(conn))
 
@@ -217,6 +250,161 @@ class Dialect:
         sid, host = names.index("server_id"), names.index("host")
         return [(int(r[sid]), str(r[host] or "")) for r in rows]
 
+    @property
+    def client_privilege_alias(self) -> str | None:
+        """REPLICATION CLIENT's other name, the privilege to read binlog positions: MariaDB 10.5+ calls
+        it BINLOG MONITOR (and SHOW GRANTS prints that); MySQL has no other."""
+        return "BINLOG MONITOR" if self.is_mariadb else None
+
+    @property
+    def identity_statement(self) -> str:
+        """What tells this server from another (binlake.source.identity): its @@server_id and MySQL's
+        @@server_uuid, made once per data directory. MariaDB has no server UUID."""
+        return "SELECT @@server_id" if self.is_mariadb else "SELECT @@server_id, @@server_uuid"
+
+    def identity(self, conn: Any) -> tuple[int, str | None]:
+        """The server's id and its UUID (None on MariaDB), by `identity_statement`."""
+        with conn.cursor() as cur:
+            cur.execute(self.identity_statement)
+            row = cur.fetchone()
+        return int(row[0]), None if self.is_mariadb else str(row[1])
+
+    @property
+    def gtid_state_statement(self) -> str:
+        """The server's GTID state, every transaction it holds (see the module docstring): MySQL's
+        @@gtid_executed; MariaDB's @@gtid_binlog_pos, the last GTID per domain its binlog holds."""
+        return "SELECT @@global.gtid_binlog_pos" if self.is_mariadb else "SELECT @@global.gtid_executed"
+
+    @property
+    def gtid_state_form(self) -> str:
+        """How a message names what `gtid_state_statement` gives."""
+        if self.is_mariadb:
+            return "a MariaDB GTID position (@@gtid_binlog_pos)"
+        return "a GTID set (@@gtid_executed)"
+
+    def gtid_state(self, conn: Any) -> str:
+        """The server's GTID state as text, its whitespace taken out (MySQL breaks a long set over lines)."""
+        with conn.cursor() as cur:
+            cur.execute(self.gtid_state_statement)
+            (value,) = cur.fetchone()
+        return " ".join(str(value or "").split()).replace(" ", "")
+
+    def parse_gtids(self, text: str) -> dict[str, Any] | None:
+        """A GTID state in this server's form, parsed (`binlake.source.gtids`): MariaDB's as {domain:
+        sequence number}, MySQL's as {"uuid" or "uuid:tag": intervals}; None when `text` is not one."""
+        return parse_mariadb(text) if self.is_mariadb else parse_mysql(text)
+
+    @property
+    def gtid_event_pattern(self) -> re.Pattern[str]:
+        """The GTID in a GTID event's Info as SHOW BINLOG EVENTS prints it (group 1): MySQL's
+        `SET @@SESSION.GTID_NEXT= 'uuid:n'` (tagged or not), MariaDB's `BEGIN GTID 0-1-42`."""
+        return _DOMAIN_GTID if self.is_mariadb else GTID_NEXT
+
+    def event_gtid(self, kind: str, info: str) -> str | None:
+        """The GTID a transaction's GTID event names, from its SHOW BINLOG EVENTS row (Event_type, Info);
+        None for any other event. MySQL's GTID event types all begin with `Gtid` (a tagged GTID's too),
+        while `Anonymous_Gtid` and `Previous_gtids` do not; MariaDB's is `Gtid` alone: its `Gtid_list`
+        (a file's starting state) names GTIDs too, of transactions in earlier files."""
+        if not (kind == "Gtid" if self.is_mariadb else kind.startswith("Gtid")):
+            return None
+        found = self.gtid_event_pattern.search(info)
+        return found.group(1) if found else None
+
+    def gtids_between(self, conn: Any, file: str, begin: int, end: int) -> tuple[str, bool]:
+        """The GTIDs of binlog `file`'s transactions from `begin` up to `end`, in the server's text form (a
+        MySQL GTID set, MariaDB's last GTID per domain), and whether every one of them had a GTID (MySQL
+        with gtid_mode OFF logs `Anonymous_Gtid` instead)."""
+        seen = Seen()
+        if begin >= end:
+            return seen.text(), seen.complete
+        for row in binlog_events(conn, file, begin):
+            if int(row[1]) >= end:
+                break
+            kind = str(row[2])
+            if kind == "Anonymous_Gtid":
+                seen.add(None)
+                continue
+            gtid = self.event_gtid(kind, str(row[5]))
+            if gtid:
+                seen.add(gtid)
+        return seen.text(), seen.complete
+
+    def gtid_state_at(self, conn: Any, position: BinlogPosition) -> tuple[str, bool]:
+        """The GTID state at `position`, in the server's text form, and whether every transaction before it
+        had a GTID. MariaDB tells it (BINLOG_GTID_POS); on MySQL it is the file's Previous_gtids and the
+        GTIDs of the file's transactions before the position."""
+        if self.is_mariadb:
+            with conn.cursor() as cur:
+                cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
+                (text,) = cur.fetchone()
+            return str(text or ""), True
+        seen, complete = self.gtids_between(conn, position.file, 4, position.pos)
+        return advance(format_mysql(previous_gtids(conn, position.file)), seen), complete
+
+    def resume_after(self, conn: Any, state: str) -> BinlogPosition | None:
+        """Where a stream that has read every transaction of the GTID state `state` reads on, on the server
+        behind `conn`, which holds them all (binlake.capture.failover); None when its binlog cannot
+        serve the rest (`resume_refusal` says why).
+
+        - MySQL: from the newest binlog file whose `Previous_gtids` the state covers, skipping the
+          state's transactions there, as a replica with auto-positioning does.
+        - MariaDB: from the first transaction after the state's in one of its domains; the server's
+          binlog must hold the state's own last GTIDs (domain, server id and number), not merely count
+          higher."""
+        if self.is_mariadb:
+            return self._resume_in_domains(conn, state)
+        found = covered_file(conn, binlog_files(conn), parse_mysql(state) or {})
+        return None if found is None else BinlogPosition(found, 4)
+
+    def resume_refusal(self, state: str) -> str:
+        """Why `resume_after` found no place to read on after `state`, to follow the server's name."""
+        if self.is_mariadb:
+            return (f"whose binlog does not hold the last transactions binlake read ({state}) under the same "
+                    "GTIDs: not a server of the same replication topology, or those binlogs are purged")
+        return "which has purged binlogs holding transactions binlake has not read yet"
+
+    def _resume_in_domains(self, conn: Any, state: str) -> BinlogPosition | None:
+        """MariaDB: the first transaction after `state` in one of its domains, scanning from the newest
+        binlog file whose starting state is not past it; None when the binlog does not hold the state's
+        own GTIDs."""
+        ours = last_per_domain(state)
+        files = binlog_files(conn)
+        first = None
+        listed: dict[str, str] = {}
+        for i in range(len(files) - 1, -1, -1):
+            listed = last_per_domain(file_state(conn, files[i]))
+            if all(_seq(listed[d]) <= _seq(g) for d, g in ours.items() if d in listed):
+                first = i
+                break
+        if first is None:
+            return None
+        found = {d for d, g in ours.items() if listed.get(d) == g}
+        start: BinlogPosition | None = None
+        for file in files[first:]:
+            for row in binlog_events(conn, file):
+                gtid = self.event_gtid(str(row[2]), str(row[5])) or ""
+                domain = gtid.split("-", 1)[0]
+                if domain not in ours:
+                    continue
+                if gtid == ours[domain]:
+                    found.add(domain)
+                elif start is None and _seq(gtid) > _seq(ours[domain]):
+                    start = BinlogPosition(file, int(row[1]))
+                if start is not None and found == set(ours):
+                    return start
+        if found != set(ours):
+            return None
+        return start if start is not None else binlog_head(conn)
+
+
+def server_name(server: str) -> str:
+    """How a message names a kind of server ('mariadb' or 'mysql', as `Dialect.server` holds it)."""
+    return "MariaDB" if server == "mariadb" else "MySQL"
+
+
+def _seq(gtid: str) -> int:
+    return int(gtid.rsplit("-", 1)[1])
+
 
 def binlog_head(conn: Any) -> BinlogPosition:
     """The binlog's written end, in the connection's own dialect."""
@@ -225,8 +413,6 @@ def binlog_head(conn: Any) -> BinlogPosition:
 
 def transactions_between(conn: Any, a: BinlogPosition, b: BinlogPosition) -> bool:
     """Whether any event of a transaction starts at or after `a` and before `b` (SHOW BINLOG EVENTS)."""
-    from binlake.source.gtids import binlog_events
-
     files = binlog_files(conn)
     if a.file not in files or b.file not in files:
         return True  # purged or not there yet: not known to be empty

@@ -6,7 +6,9 @@
   transaction numbers had: `3e11fa47-...:1-5:11-18,2174b383-...:1-27` or `uuid:tag:1-3`:
   {"3e11fa47-...": [[1, 5], [11, 18]], "uuid:tag": [[1, 3]]}.
 
-Both are plain JSON, stored with the stream's start (`binlake.capture.startup`).
+Both are plain JSON, stored with the stream's start (`binlake.capture.startup`). This module is the
+data and the arithmetic on it, the same code for both forms; which form a server uses, how it tells its
+state and how its binlog prints a GTID are the server's dialect's (`binlake.source.dialect`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def parse_mysql(text: str) -> dict[str, Intervals] | None:
             else:
                 return None
     return {k: merged(v) for k, v in out.items()} or None
+
+
+def parse_state(text: str) -> dict[str, Any] | None:
+    """A stored GTID state in either form, told apart by its text (the two never look alike): a MySQL
+    GTID set as `parse_mysql`, a MariaDB GTID position as `parse_mariadb`; None for neither. With the
+    server at hand, `Dialect.parse_gtids` reads its own form only."""
+    return parse_mysql(text) or parse_mariadb(text)
 
 
 def merged(intervals: Intervals) -> Intervals:
@@ -153,16 +162,8 @@ def advance(state: str, seen: str) -> str:
     return format_mysql({k: merged(a.get(k, []) + b.get(k, [])) for k in set(a) | set(b)})
 
 
-def server_state(conn: Any, mariadb: bool) -> str:
-    """The transactions the server holds: MySQL's @@gtid_executed, MariaDB's @@gtid_binlog_pos."""
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@global.gtid_binlog_pos" if mariadb else "SELECT @@global.gtid_executed")
-        (value,) = cur.fetchone()
-    return " ".join(str(value or "").split()).replace(" ", "")
-
-
 def lacking(state: str, server: str) -> tuple[str, bool]:
-    """What of `state` the server's (`server_state`) does not hold, as text ('' when nothing), and
+    """What of `state` the server's (`Dialect.gtid_state`) does not hold, as text ('' when nothing), and
     whether the server could still come to hold it: it has transactions of the same sources (MySQL
     UUIDs, MariaDB domains), only fewer -- a replica behind -- rather than none of them."""
     ours_mariadb = last_per_domain(state)

@@ -5,8 +5,8 @@ A binlog position (`file:pos`) names a place in one server's binlog. The same na
 another instance -- is a place in another history, and reading on from it would pass changes over
 without a word. So binlake keeps, beside the positions it stores, what identifies their history:
 
-- the server: MySQL's `@@server_uuid` (made once per data directory), MariaDB's `@@server_id`
-  (MariaDB has no UUID), and which of the two it is;
+- the server: its `@@server_id` and, on MySQL, its `@@server_uuid`, made once per data directory
+  (`Dialect.identity`), and which of the two it is;
 - each binlog file's creation time: the timestamp of its first event (Format_description). A new
   data directory makes its files anew, and so does a server restored from a backup: it opens a fresh
   file when it starts, under the next name after the backup's newest.
@@ -38,7 +38,8 @@ from typing import Any
 
 from binlake.errors import SourceChangedError
 from binlake.offsets import BinlogPosition, file_index
-from binlake.source.dialect import Dialect
+from binlake.source.connection import settings
+from binlake.source.dialect import Dialect, server_name
 
 # a server restarted when its start time (now - Uptime) moved by more than this
 RESTART_SLACK = 3.0
@@ -55,9 +56,8 @@ class ServerIdentity:
         return (self.server, self.server_id, self.uuid) == (other.server, other.server_id, other.uuid)
 
     def __str__(self) -> str:
-        name = "MariaDB" if self.server == "mariadb" else "MySQL"
         uuid = f" server_uuid {self.uuid}," if self.uuid else ""
-        return f"{name} {self.version}{uuid} server_id {self.server_id}".replace("  ", " ")
+        return f"{server_name(self.server)} {self.version}{uuid} server_id {self.server_id}".replace("  ", " ")
 
     def to_dict(self) -> dict[str, Any]:
         return {"server": self.server, "server_id": self.server_id, "uuid": self.uuid, "version": self.version}
@@ -70,13 +70,12 @@ class ServerIdentity:
 def identify(conn: Any) -> tuple[ServerIdentity, float]:
     """The server behind `conn`, and when it started (Unix seconds, to about a second)."""
     dialect = Dialect.of(conn)
+    server_id, uuid = dialect.identity(conn)
     with conn.cursor() as cur:
-        cur.execute("SELECT @@server_id" if dialect.is_mariadb else "SELECT @@server_id, @@server_uuid")
-        row = cur.fetchone()
         cur.execute("SHOW GLOBAL STATUS LIKE 'Uptime'")
         uptime = float((cur.fetchone() or (None, 0))[1])
     version = ".".join(map(str, dialect.version))
-    identity = ServerIdentity(dialect.server, int(row[0]), None if dialect.is_mariadb else str(row[1]), version)
+    identity = ServerIdentity(dialect.server, server_id, uuid, version)
     return identity, time.time() - uptime
 
 
@@ -89,11 +88,12 @@ def file_created(params: dict[str, Any], file: str) -> int | None:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import FormatDescriptionEvent
 
-    from binlake.source.connection import settings
 
+    # by file and position on both servers: the library's default (its MariaDB mode would start from a
+    # GTID state instead)
     stream = BinLogStreamReader(
         connection_settings=settings(params), server_id=0, log_file=file, log_pos=4, resume_stream=True,
-        blocking=False, only_events=[FormatDescriptionEvent], is_mariadb=False, enable_logging=False,
+        blocking=False, only_events=[FormatDescriptionEvent], enable_logging=False,
     )
     try:
         event = stream.fetchone()

@@ -20,7 +20,7 @@ import decimal
 import math
 import struct
 
-from binlake.source.rowcodec import read_decimal
+from binlake.source.packed_decimal import read_decimal
 
 SMALL_OBJECT, LARGE_OBJECT, SMALL_ARRAY, LARGE_ARRAY = 0x00, 0x01, 0x02, 0x03
 LITERAL, INT16, UINT16, INT32, UINT32, INT64, UINT64, DOUBLE, STRING, OPAQUE = (

@@ -20,12 +20,14 @@ image) returns None, and the caller uses mysql-replication's own decoding.
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import struct
 from collections.abc import Callable
 from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
+
+from binlake.source.mysql_json import MysqlJson
+from binlake.source.packed_decimal import read_decimal
 
 Image = dict[str, Any]
 Decoder = Callable[[bytes, int], tuple[Image, int]]
@@ -42,39 +44,6 @@ SUPPORTED = frozenset(
     {FIELD_TYPE.TINY, FIELD_TYPE.INT24, FIELD_TYPE.NEWDECIMAL, FIELD_TYPE.YEAR, FIELD_TYPE.ENUM, FIELD_TYPE.SET,
      FIELD_TYPE.DATE, FIELD_TYPE.DATETIME2, FIELD_TYPE.TIMESTAMP2, FIELD_TYPE.JSON, *_FIXED, *_STRINGS}
 )
-_COMPRESSED = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]  # bytes of a DECIMAL's leftover digits
-
-
-def read_decimal(b: bytes, p: int, precision: int, scale: int) -> tuple[decimal.Decimal, int]:
-    """MySQL's packed DECIMAL: groups of 9 digits in 4 big-endian bytes, the leftover digits in fewer,
-    the sign in the first bit and negative numbers stored complemented."""
-    integral = precision - scale
-    whole_int, whole_frac = integral // 9, scale // 9
-    left_int, left_frac = integral - whole_int * 9, scale - whole_frac * 9
-    size = _COMPRESSED[left_int] + 4 * whole_int + 4 * whole_frac + _COMPRESSED[left_frac]
-    raw = bytearray(b[p:p + size])
-    negative = not raw[0] & 0x80
-    raw[0] ^= 0x80
-    mask = -1 if negative else 0
-    text = "-" if negative else ""
-    at = 0
-
-    def group(n: int) -> int:
-        nonlocal at
-        v = int.from_bytes(raw[at:at + n], "big", signed=True) ^ mask
-        at += n
-        return v
-
-    if _COMPRESSED[left_int]:
-        text += str(group(_COMPRESSED[left_int]))
-    for _ in range(whole_int):
-        text += f"{group(4):09d}"
-    text += "."
-    for _ in range(whole_frac):
-        text += f"{group(4):09d}"
-    if _COMPRESSED[left_frac]:
-        text += f"{group(_COMPRESSED[left_frac]):0{left_frac}d}"
-    return decimal.Decimal(text), p + size
 
 
 def _fraction(fsp: int, var: str, lines: list[str], ind: str) -> None:
@@ -162,8 +131,6 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
 def compile_image(columns: list[Any]) -> Decoder | None:
     """A function decoding one full row image of a table with these table-map columns:
     `(buffer, offset) -> (image, offset after it)`; None if a column's type is not handled here."""
-    from binlake.source.mysql_json import MysqlJson
-
     env: dict[str, Any] = {"read_decimal": read_decimal, "MysqlJson": MysqlJson, "date": dt.date,
                            "datetime": dt.datetime, "utcfromtimestamp": dt.datetime.utcfromtimestamp}
     n = len(columns)

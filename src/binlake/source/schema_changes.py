@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from binlake.errors import SchemaChangedError
+from binlake.errors import ConfigError, NewTableError, RuntimeFailure, SchemaChangedError
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
+from binlake.source.catalog import load_schema, matches
 from binlake.source.charsets import charset_of
 
 Kind = Literal["alter", "create", "drop", "rename", "truncate", "drop_database", "create_table"]
@@ -242,9 +243,6 @@ class Guard:
     def on(cls, schemas: dict[str, TableSchema], conn: Any, since: dict[str, BinlogPosition] | None = None,
            patterns: list[str] | None = None) -> Guard:
         """A guard that asks the server over `conn` for a table's schema as it is now."""
-        from binlake.errors import ConfigError, RuntimeFailure
-        from binlake.source.catalog import load_schema
-
         def current(name: str) -> TableSchema | None:
             schema = schemas[name]
             try:
@@ -300,9 +298,6 @@ class Guard:
 
     def _new_table(self, item: SchemaChange | TableShape) -> None:
         """A table that comes to match source.tables while streaming: created, or renamed to a match."""
-        from binlake.errors import NewTableError
-        from binlake.source.catalog import matches
-
         if not self.patterns or not isinstance(item, SchemaChange) or item.kind not in ("create_table", "rename"):
             return
         database, _, table = item.table.partition(".")

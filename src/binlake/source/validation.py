@@ -19,7 +19,7 @@ from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
 from binlake.schema import TableSchema
 from binlake.source.catalog import load_schema
-from binlake.source.connection import encryption, settings, tls_refusal
+from binlake.source.connection import connect, encryption, settings, tls_refusal
 from binlake.source.dialect import Dialect, registered_replicas
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,6 @@ _GRANT_LINE = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _OBJECT = re.compile(r"(`(?:[^`]|``)*`|[^.`]+)\.(`(?:[^`]|``)*`|[^.`]+)")
-_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 
 
 @dataclass(frozen=True)
@@ -195,23 +194,19 @@ class SourceFacts:
 
 def _product(version: str) -> str:
     """`10.11.19-MariaDB-0+deb12u1` -> `MariaDB 10.11.19`; anything not MariaDB is taken for MySQL."""
-    m = _VERSION.match(version)
-    number = m.group(0) if m else version
-    return f"MariaDB {number}" if "mariadb" in version.lower() else f"MySQL {number}"
+    return str(Dialect.from_version(version))
 
 
 def _server_problem(version: str) -> str | None:
-    mariadb = "mariadb" in version.lower()
-    needed = (10, 5) if mariadb else (8, 0)
-    want = f"{'MariaDB' if mariadb else 'MySQL'} {needed[0]}.{needed[1]} or later"
-    m = _VERSION.match(version)
-    if m is None:
+    dialect = Dialect.from_version(version)
+    want = f"{dialect.name} {'.'.join(map(str, dialect.minimum_version))} or later"
+    if dialect.version == (0, 0, 0):  # no version number in it
         return (
             f"server version is {version!r}, which binlake cannot read; binlake needs {want}: "
             "upgrade the server"
         )
-    if (int(m.group(1)), int(m.group(2))) < needed:
-        return f"server version is {_product(version)}; binlake needs {want}: upgrade the server"
+    if dialect.version < dialect.minimum_version:
+        return f"server version is {dialect}; binlake needs {want}: upgrade the server"
     return None
 
 
@@ -250,8 +245,9 @@ def _privilege_problems(facts: SourceFacts, table_patterns: list[str]) -> list[s
     global_privileges = sorted({p for g in grants if g.is_global for p in g.privileges} - {"USAGE"})
     found = f"{facts.account} has {', '.join(global_privileges) or 'no privileges'} ON *.*"
     positions = "to read binlog positions"
-    if Dialect.from_version(facts.version).is_mariadb:
-        positions += " (BINLOG MONITOR on MariaDB)"
+    dialect = Dialect.from_version(facts.version)
+    if dialect.client_privilege_alias:
+        positions += f" ({dialect.client_privilege_alias} on {dialect.name})"
     out = []
     for needed, names, purpose in (
         ("REPLICATION SLAVE", _REPLICATION_SLAVE, "to read the binlog"),
@@ -334,8 +330,6 @@ def server_id_problem(ids: ServerIdRange, setting: str, replicas: list[tuple[int
 
 def check_server_ids(cfg: Config) -> None:
     """Fail with a ConfigError before reading when a registered replica uses one of our server ids."""
-    from binlake.source.connection import connect
-
     conn = connect(cfg.connection())
     try:
         replicas = registered_replicas(conn)

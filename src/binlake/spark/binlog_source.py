@@ -16,10 +16,22 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from binlake import faults
+from binlake.capture.failover import follow, state_at
+from binlake.capture.handover import Handover, Skip, batch_start, before_reopen, server_moved
+from binlake.errors import SchemaChangedError, SnapshotChangedError
 from binlake.lake.bronze import CHANGES
+from binlake.lake.evolution import Evolver, Version, column_defaults, marker_row
 from binlake.offsets import BinlogPosition
-from binlake.source.gtids import contains
-from binlake.spark.sources import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
+from binlake.schema import TableSchema
+from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
+from binlake.source.connection import connect
+from binlake.source.dialect import Dialect, binlog_head
+from binlake.source.gtids import Seen
+from binlake.source.identity import Lineage, Watch, moved
+from binlake.source.reconnect import retrying
+from binlake.source.schema_changes import Guard
+from binlake.spark.batches import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
+from binlake.splits import Split
 
 
 @dataclass
@@ -56,8 +68,6 @@ class BinlogReader(DataSourceStreamReader):
         return start
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
-        from binlake.source.dialect import binlog_head
-
         base = start if start is not None else self.last
         params = connection_params(self.options)
         watch = self._watch(params, base)
@@ -82,9 +92,6 @@ class BinlogReader(DataSourceStreamReader):
 
     def _retrying(self, params: dict[str, Any], what: str, call: Any) -> Any:
         """`call(conn)` on a connection of its own, retried over lost connections (binlake.source.reconnect)."""
-        from binlake.source.reconnect import retrying
-        from binlake.source.connection import connect
-
         def once() -> Any:
             conn = connect(params)
             try:
@@ -96,15 +103,11 @@ class BinlogReader(DataSourceStreamReader):
 
     def _lineage(self, offset: dict[str, Any] | None) -> Any:
         """The server `offset` lies on: the job's, or the one a failover carried into the offsets."""
-        from binlake.source.identity import Lineage
-
         lineage = Lineage.from_dict(self.job["lineage"])
         carried = (offset or {}).get("lineage")
         return Lineage.from_dict(carried) if carried and int(carried["epoch"]) > lineage.epoch else lineage
 
     def _watch(self, params: dict[str, Any], base: dict[str, Any] | None) -> Any:
-        from binlake.source.identity import Watch
-
         if self.watch is None:
             self.watch = Watch(params, self._lineage(base), BinlogPosition.from_dict(base or self.job["start"]))
             if base is not None:
@@ -114,8 +117,6 @@ class BinlogReader(DataSourceStreamReader):
     def _follower(self, base: dict[str, Any] | None) -> Any:
         """How the watch follows another server: by the GTID state at `base`, the start of the next batch
         (binlake.capture.failover), or SourceChangedError."""
-        from binlake.capture.failover import follow
-
         state = None if base is None or "gtids" not in base else {
             "end": BinlogPosition.from_dict(base).to_dict(), "gtids": base["gtids"], "complete": base["complete"]}
         patience = float(self.job.get("reconnect_timeout", 0))
@@ -127,15 +128,6 @@ class BinlogReader(DataSourceStreamReader):
         return [BinlogRange(start, end)]
 
     def read(self, partition: BinlogRange) -> Iterator[Any]:  # type: ignore[override]
-        from binlake.capture.handover import Handover
-        from binlake.source.reconnect import retrying
-        from binlake.schema import TableSchema
-        from binlake.source.schema_changes import Guard
-        from binlake.source.binlog_reader import read_changes
-        from binlake.source.connection import connect
-        from binlake.source.gtids import Seen
-        from binlake.source.identity import moved
-        from binlake.splits import Split
 
         params = connection_params(self.options)
         lineage = self._lineage(partition.end)
@@ -144,13 +136,15 @@ class BinlogReader(DataSourceStreamReader):
         splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
         handover = Handover(schemas, splits)
         patience = float(self.job.get("reconnect_timeout", 0))
+        gtid_offsets = bool(self.job.get("gtid_offsets"))
         conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
         try:
             # the batch was planned on the server its end offset names; another one now (a failover, a
             # replaced server), or the same restarted, must still hold the history up to its start
             stop, only = BinlogPosition.from_dict(partition.end), None
             if moved(conn, lineage.identity, partition.end.get("started")):
-                lineage, replay = self._moved(conn, params, partition, lineage)
+                lineage, replay = server_moved(conn, params, partition.start, partition.end, lineage, gtid_offsets,
+                                               patience)
                 if replay is not None:  # planned on a server that is gone: its transactions, by GTID
                     only, stop = replay
             params["epoch"] = lineage.epoch
@@ -159,11 +153,11 @@ class BinlogReader(DataSourceStreamReader):
             guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
                                              if ss and all(s.hw is not None for s in ss)},
                              self.job.get("patterns"))
-            start, skip = self._start(partition, lineage, only)
+            start, skip = batch_start(partition.start, lineage, self.job.get("since"), self.job.get("applied"), only)
             seen = Seen() if self.job.get("gtid_trailer") else None
             changes = read_changes(
                 params, int(self.job["server_id"]), start, stop, lambda d, t: f"{d}.{t}" in schemas,
-                reconnect_timeout=patience, ddl=True, on_reopen=lambda: self._reopening(params, partition.start, lineage),
+                reconnect_timeout=patience, ddl=True, on_reopen=lambda: before_reopen(params, partition.start, lineage, gtid_offsets),
                 seen=seen,
             )
             evolver = _evolver(self.job, schemas, splits, start, guard, conn)
@@ -174,109 +168,9 @@ class BinlogReader(DataSourceStreamReader):
         finally:
             conn.close()
 
-    def _start(self, partition: BinlogRange, lineage: Any, only: Any) -> tuple[BinlogPosition, Skip]:
-        """Where the batch's read begins, and which changes it passes there are not the batch's. A batch
-        from a position on the server before a failover reads on from where that position is on this
-        one, skipping the transactions binlake had (binlake.source.identity)."""
-        from binlake.source.gtids import parse_mariadb, parse_mysql
-
-        start = BinlogPosition.from_dict(partition.start)
-        failover = lineage.failover
-        had, had_epoch = None, None
-        if failover:
-            had_epoch = int(failover["epoch"])
-            had = parse_mysql(failover["applied"]) or parse_mariadb(failover["applied"])
-            if start.epoch < had_epoch:
-                start = BinlogPosition.from_dict(failover["start"])
-        return start, Skip(self.job.get("since"), self.job.get("applied"), had, had_epoch, only)
-
-    def _moved(self, conn: Any, params: dict[str, Any], partition: BinlogRange,
-               lineage: Any) -> tuple[Any, tuple[Any, BinlogPosition] | None]:
-        """The server restarted, or is another one, since the batch was planned. The same one must still
-        hold the history up to the batch's start. Under `gtid_offsets`, another one of the same
-        replication topology serves the batch planned on the server before it by GTID: from after the
-        transactions of the start's state up to the head once it holds the end's, those of the end's
-        state (binlake.capture.failover). The lineage to read under, and those GTIDs (parsed) with that head
-        (None for the same server)."""
-        from binlake.capture.failover import await_state, follow
-        from binlake.source.dialect import Dialect, binlog_head
-        from binlake.source.gtids import parse_mariadb, parse_mysql
-        from binlake.source.identity import identify
-
-        now, _ = identify(conn)
-        start, end = partition.start, partition.end
-        if lineage.identity.same(now) or not self.job.get("gtid_offsets") or "gtids" not in end:
-            self._same_history(params, start, lineage)
-            return lineage, None
-        patience = float(self.job.get("reconnect_timeout", 0))
-        anchor = lineage.anchor(BinlogPosition.from_dict(start), start.get("created"))
-        state = None if "gtids" not in start else {"end": BinlogPosition.from_dict(start).to_dict(),
-                                                   "gtids": start["gtids"],
-                                                   "complete": bool(start["complete"] and end["complete"])}
-        followed = follow(conn, lineage, anchor, now, state, patience)
-        await_state(conn, anchor, str(end["gtids"]), Dialect.of(conn).is_mariadb, patience)
-        head = binlog_head(conn)  # every one of them was written before it
-        only = parse_mysql(str(end["gtids"])) or parse_mariadb(str(end["gtids"]))
-        return followed, (only, BinlogPosition(head.file, head.pos, followed.epoch))
-
-    def _reopening(self, params: dict[str, Any], start: dict[str, Any], lineage: Any) -> None:
-        """Before a lost connection is reopened mid-batch: the same server, holding the history up to the
-        batch's start. Under `gtid_offsets`, another server fails the batch, whose rows so far came
-        from the server before: read again whole (Spark retries the task, a pipeline the flow), it is
-        served by GTID there (`_moved`)."""
-        from binlake.errors import RuntimeFailure
-        from binlake.source.connection import connect
-        from binlake.source.identity import identify
-
-        if self.job.get("gtid_offsets"):
-            conn = connect(params)
-            try:
-                now, _ = identify(conn)
-            finally:
-                conn.close()
-            if not lineage.identity.same(now):
-                raise RuntimeFailure(
-                    f"source.hostname now leads to {now}, not {lineage.identity} this micro-batch began on: the "
-                    "batch is read again, from the new server by GTID, when the stream restarts")
-        self._same_history(params, start, lineage)
-
-    def _same_history(self, params: dict[str, Any], start: dict[str, Any], lineage: Any) -> None:
-        """Before a lost connection is reopened: the server still holds the history up to the batch's
-        start (binlake.source.identity), or SourceChangedError."""
-        from binlake.source.connection import connect
-        from binlake.source.identity import verify
-
-        anchor = lineage.anchor(BinlogPosition.from_dict(start), start.get("created"))
-        conn = connect(params)
-        try:
-            verify(conn, params, anchor)
-        finally:
-            conn.close()
-
     def commit(self, end: dict[str, Any]) -> None:
         self._watch(connection_params(self.options), end).commit(end)
         self.last = end
-
-
-@dataclass(frozen=True)
-class Skip:
-    """Which row changes in a batch's range are not the batch's to hand over."""
-
-    since: int | None  # startup mode timestamp: changes written before it
-    applied: Any  # a GTID startup position: the transactions it names as already had
-    had: Any  # after a failover: the transactions read from the server before it...
-    had_epoch: int | None  # ...as they come again in the epoch of the failover
-    only: Any  # a batch planned on the server before a failover, read here by GTID: its own transactions
-
-    def __call__(self, change: Any) -> bool:
-        if self.since is not None and change.ts < self.since:
-            return True
-        if self.applied and contains(self.applied, change.gtid):
-            return True
-        if self.had and change.epoch == self.had_epoch and contains(self.had, change.gtid):
-            return True
-        # past the batch's end on the server before the failover: the next batch's
-        return self.only is not None and not contains(self.only, change.gtid)
 
 
 Row = tuple[Any, ...]  # one flat change row: the meta columns (spark.sources.meta_fields), then _row
@@ -287,9 +181,6 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
     """The batch's flat change rows: each row change the handover emits as JSON, a schema version
     marker where the evolver follows a change, and a stop (SchemaChangedError) where the guard judges
     one, before any row of the changed table is handed over."""
-    from binlake.lake.evolution import marker_row
-    from binlake.source.binlog_reader import RowChange, split_key_change
-
     encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
     dumps = json.JSONEncoder(ensure_ascii=False).encode
     for change in changes:
@@ -348,17 +239,12 @@ def _batches(rows: Iterator[Row]) -> Iterator[Any]:
 
 def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None) -> tuple[str, bool]:
     """The GTID state at `position`, from the state at `base` (an earlier offset on the same server) on."""
-    from binlake.capture.failover import state_at
-    from binlake.source.dialect import Dialect
-
     return state_at(conn, Dialect.of(conn), position, base)
 
 
 def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
              guard: Any, conn: Any) -> Any:
     """The reader's schema versions under `stream.schema-changes` other than `fail` (None under `fail`)."""
-    from binlake.lake.evolution import Evolver, Version, column_defaults
-
     if job.get("schema_changes", "fail") == "fail":
         return None
     recorded = {n: [Version.from_dict(v) for v in vs] for n, vs in (job.get("versions") or {}).items()}
@@ -373,8 +259,6 @@ def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any
 def _judge(guard: Any, evolver: Any, change: Any) -> None:
     """The guard's verdict on a change the evolver does not follow. A change inside a table's snapshot
     (between its chunks' high watermarks) is a `SnapshotChangedError`: the snapshot is taken again."""
-    from binlake.errors import SchemaChangedError, SnapshotChangedError
-
     try:
         guard.check(change)
     except SchemaChangedError as changed:

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from binlake.spark.session import archive_path, log_option, submit_args
+from binlake.spark.session import archive_path, get_spark, log_option, submit_args
 
 
 def make(path: Path) -> bool:
@@ -45,7 +45,6 @@ def train() -> int:
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from binlake.spark.session import get_spark
 
     spark = get_spark()
     with tempfile.TemporaryDirectory() as d:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from binlake.errors import ConfigError
+from binlake.spark import jvm
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
@@ -61,7 +62,6 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    from binlake.spark import jvm
 
     active = SparkSession.getActiveSession()
     if active is not None:

@@ -16,14 +16,20 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from binlake.lake.bronze import flat_changes
-
-
-def connection_params(options: dict[str, str]) -> dict[str, Any]:
-    """The job's connection settings with the password, which travels in an option of its own."""
-    job = json.loads(options["job"])
-    p = dict(job["connection"])
-    p["password"] = options.get("password", "")
-    return p
+from binlake.schema import TableSchema
+from binlake.source.chunk_reader import read_chunk, select_chunk
+from binlake.source.dialect import Dialect
+from binlake.source.reconnect import retrying
+from binlake.spark.batches import (
+    BATCH_BYTES,
+    BATCH_ROWS,
+    WIDE_TYPES,
+    arrow_batch,
+    connection_params,
+    meta_fields,
+)
+from binlake.spark.binlog_source import BinlogSource
+from binlake.splits import Split
 
 
 @dataclass
@@ -31,33 +37,6 @@ class ChunkSlot(InputPartition):
     slot: int
     server_id: int
     splits: list[dict[str, Any]]
-
-
-# rows per Arrow batch handed to Spark: columnar batches, not one pickled tuple per row
-BATCH_ROWS = 8192
-# and at most about this many bytes of values: an Arrow string column holds at most 2 GiB, and
-# 8192 rows of 16 MB LONGBLOBs would hold 128 GiB
-BATCH_BYTES = 64 * 1024 * 1024
-# columns whose values can be megabytes; only these are measured, narrow rows cost nothing
-WIDE_TYPES = {"tinyblob", "blob", "mediumblob", "longblob", "tinytext", "text", "mediumtext", "longtext", "json",
-              "varchar", "varbinary"}
-
-
-def meta_fields() -> list[tuple[str, Any]]:
-    """The Arrow fields of bronze's meta columns, first in every batch either source hands to Spark."""
-    import pyarrow as pa
-
-    return [("_table", pa.string()), ("_op", pa.string()), ("_seq", pa.decimal128(38, 0)), ("_ts", pa.int64()),
-            ("_file", pa.string()), ("_pos", pa.int64()), ("_gtid", pa.string()), ("_chunk", pa.int32()),
-            ("_lw", pa.string())]
-
-
-def arrow_batch(fields: list[tuple[str, Any]], columns: list[list[Any]]) -> Any:
-    """One Arrow record batch of `columns` (lists of values) typed by `fields`."""
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, (_, t) in zip(columns, fields)],
-                                      names=[n for n, _ in fields])
 
 
 class SnapshotReader(DataSourceReader):
@@ -74,11 +53,6 @@ class SnapshotReader(DataSourceReader):
     def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
         import pyarrow as pa
 
-        from binlake.source.reconnect import retrying
-        from binlake.schema import TableSchema
-        from binlake.source.chunk_reader import read_chunk, select_chunk
-        from binlake.source.dialect import Dialect
-        from binlake.splits import Split
 
         job = json.loads(self.options["job"])
         params = connection_params(self.options)
@@ -133,8 +107,6 @@ class SnapshotSource(DataSource):
         return "binlake_snapshot"
 
     def schema(self) -> str:
-        from binlake.schema import TableSchema
-
         return flat_changes(TableSchema.from_dict(json.loads(self.options["job"])["schema"]))
 
     def reader(self, schema: Any) -> SnapshotReader:
@@ -142,7 +114,5 @@ class SnapshotSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    from binlake.spark.binlog_source import BinlogSource  # it builds on this module's batches
-
     spark.dataSource.register(SnapshotSource)
     spark.dataSource.register(BinlogSource)

@@ -1,0 +1,151 @@
+"""A run's context: the configuration, the lake's locations, the Spark session (started on first use),
+the captured tables' schemas as the stream follows them, and the server binlake reads (its lineage).
+
+Every step (`binlake.capture.plan`, `snapshot`, `stream`, `run`) takes one, so a run that chains them
+loads the schemas, starts Spark and identifies the server once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from binlake.config import Config
+from binlake.errors import ConfigError
+from binlake.lake.evolution import History, Version
+from binlake.lake.target import Target
+from binlake.offsets import BinlogPosition
+from binlake.schema import TableSchema
+from binlake.source.catalog import captured_tables, load_schema
+from binlake.source.connection import connect
+from binlake.source.dialect import Dialect, binlog_head
+from binlake.source.identity import Lineage, identify
+
+# the one place capture/ reaches into spark/: the first step that needs Spark starts it
+from binlake.spark.session import get_spark
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Context:
+    cfg: Config
+    target: Target = field(init=False)
+    spark: Any = field(init=False, default=None)
+    _schemas: dict[str, TableSchema] | None = field(init=False, default=None)
+    dialect: Dialect = field(init=False, default=Dialect("mariadb", (0, 0, 0)))
+    new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
+    _lineage: Lineage | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.target = Target.of(self.cfg)
+
+    def session(self) -> Any:
+        if self.spark is None:
+            # deferred: the data sources load pyspark and pyarrow, which status and check never need
+            from binlake.spark.sources import register
+
+            self.spark = get_spark(self.cfg.parallelism, log_file=self.target.spark_log)
+            register(self.spark)
+        return self.spark
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The connection parameters, with the epoch of the server's positions (binlake.offsets)."""
+        return {**self.cfg.connection(), "epoch": self.lineage().epoch}
+
+    def public_params(self) -> dict[str, Any]:
+        return {k: v for k, v in self.params.items() if k != "password"}
+
+    def schemas(self) -> dict[str, TableSchema]:
+        if self._schemas is None:
+            conn = connect(self.params)
+            try:
+                self.dialect = Dialect.of(conn)
+                tables = captured_tables(conn, self.cfg.tables)
+                if not tables:
+                    raise ConfigError(
+                        f"source.tables {self.cfg.tables} matches no table on the server; binlake needs at "
+                        "least one: fix the regexes (they match 'db.table' in full)"
+                    )
+                chunk_keys = self.cfg.get("source.chunk-key")
+                loaded = [load_schema(conn, d, t, chunk_keys) for d, t in tables]
+                refused = next((r for r in map(TableSchema.refusal, loaded) if r), None)
+                if refused:
+                    raise ConfigError(refused)
+                self._schemas = {s.name: self._captured(s) for s in loaded}
+            finally:
+                conn.close()
+        return self._schemas
+
+    def _captured(self, schema: TableSchema) -> TableSchema:
+        """The table's schema as the stream last followed it, kept from its first capture on: the
+        server's may have changed since (the stream meets those changes in binlog order)."""
+        history = self.history(schema.name)
+        if history.exists():
+            return history.latest()
+        history.start(schema)
+        return schema
+
+    def history(self, name: str) -> History:
+        return History(self.target.captured_schema(name))
+
+    def versions(self) -> dict[str, list[Version]]:
+        """Every captured table's schema versions (see `binlake.lake.evolution`)."""
+        return {name: self.history(name).versions() for name in self.schemas()}
+
+    def forget_schemas(self) -> None:
+        """Load the captured tables and their schemas again (tables may have come or gone)."""
+        self._schemas = None
+
+    def lineage(self) -> Lineage:
+        """The server binlake reads (`_binlake/source.json`), recorded at the first connection: its
+        identity and the creation time of its binlog's head file."""
+        if self._lineage is not None:
+            return self._lineage
+        path = self.target.source_lineage
+        found = Lineage.load(path)
+        if found is None:
+            params = self.cfg.connection()
+            conn = connect(params)
+            try:
+                identity, _ = identify(conn)
+                head = binlog_head(conn)
+            finally:
+                conn.close()
+            found = Lineage(identity)
+            found.note(params, [head.file])
+            found.save(path)
+            log.info("source is %s", identity)
+        self._lineage = found
+        return found
+
+    def forget_lineage(self) -> None:
+        self._lineage = None
+
+    def note_files(self, files: list[str]) -> None:
+        """Record the creation time of binlog files stored positions now lie in (see `lineage`)."""
+        lineage = self.lineage()
+        if lineage.note(self.cfg.connection(), files):
+            lineage.save(self.target.source_lineage)
+
+    def reader_ids(self) -> list[int]:
+        ids = self.cfg.server_ids
+        n = self.cfg.parallelism
+        if len(ids) < 2:
+            raise ConfigError(
+                f"source.server-id has {len(ids)} id; binlake needs one for the stream and one per parallel "
+                f"chunk reader ({n + 1} for snapshot.parallelism {n}): set source.server-id to a range like "
+                f"{ids.first}-{ids.first + n}"
+            )
+        return [ids.pick(1 + i) for i in range(min(n, len(ids) - 1))]
+
+
+def current_position(ctx: Context) -> BinlogPosition:
+    conn = connect(ctx.params)
+    try:
+        return binlog_head(conn)
+    finally:
+        conn.close()
+

@@ -1,0 +1,125 @@
+"""One micro-batch of the binlog stream landed: each table's changes appended to its bronze, then
+applied to its silver (the stream's `foreachBatch`).
+
+Bronze grows in binlog order, a batch at a time, so a batch replayed after a crash lands only its
+changes past the newest one bronze held when the query began (none, if it landed whole). Silver's
+MERGE is idempotent by `_seq` (a batch of inserts bronze held none of is a plain append: see
+`binlake.lake.silver.apply`). A batch that changes a table's schema lands with Delta's
+idempotent-write options (txnAppId, txnVersion = the batch id; see `binlake.lake.evolve`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from binlake import faults, stop
+from binlake.capture.context import Context
+from binlake.capture.failover import GtidRecord
+from binlake.errors import RuntimeFailure
+from binlake.lake import bronze, silver
+from binlake.lake.checkpoint import write_progress
+from binlake.lake.evolution import Version
+from binlake.lake.evolve import apply_batch
+
+log = logging.getLogger(__name__)
+
+
+class MicroBatch:
+    """The stream's `foreachBatch`: lands a batch of `binlake_binlog` change rows in bronze and silver."""
+
+    def __init__(self, ctx: Context, history: dict[str, list[Version]], app: str, gtids: GtidRecord) -> None:
+        self.ctx = ctx
+        self.history = history  # each table's schema versions, as the batches record new ones
+        self.policy = ctx.cfg.get("stream.schema-changes")
+        self.app = app  # the stream's id (binlake.lake.checkpoint.stream_id)
+        self.gtids = gtids
+        # per table: the newest binlog change bronze held before this run appended any (see silver.apply)
+        self.held: dict[str, Any] = {}
+
+    def __call__(self, whole: Any, batch_id: int) -> None:
+        if stop.asked():
+            # Asked while Spark planned this batch: it is read again by the next run. A busy stream
+            # starts each batch as the last ends, so waiting for a moment between them may wait long.
+            raise RuntimeFailure("stopped before this micro-batch")
+        whole.persist()
+        try:
+            began = time.monotonic()
+            df = whole.where(F.col("_op") != "g")
+            seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts"),
+                                            F.min("_seq").alias("oldest"),
+                                            F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks"),
+                                            F.sum(F.when(F.col("_op") != "c", 1).otherwise(0)).alias("others")).collect()
+            read_s = time.monotonic() - began
+
+            def land(row: Any) -> tuple[float, float]:
+                return self.land(df, row, batch_id)
+
+            # Tables are independent (each its own bronze and silver, each write idempotent), so a
+            # batch lands several at once: a Delta commit keeps the driver busy in short bursts, and
+            # the batch takes about as long as its slowest tables, not their sum.
+            workers = min(len(seen), self.ctx.cfg.parallelism)
+            if workers < 2:
+                times = [land(row) for row in seen]
+            else:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    times = list(pool.map(land, seen))
+            bronze_s, silver_s = sum(b for b, _ in times), sum(s for _, s in times)
+            for trailer in whole.where(F.col("_op") == "g").select("_row").collect():
+                self.gtids.advance(json.loads(trailer["_row"]))  # before the batch commits
+            write_progress(self.ctx.target.stream_progress, batch_id,
+                           {r["_table"]: (int(r["n"]), r["ts"]) for r in seen}, began)
+            log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
+                     {r["_table"]: int(r["n"]) for r in seen}, read_s, bronze_s, silver_s)
+            faults.point("after_batch", str(batch_id))
+        finally:
+            whole.unpersist()
+
+    def land(self, df: Any, row: Any, batch_id: int) -> tuple[float, float]:
+        """One table's share of the batch into its bronze, then its silver: (bronze s, silver s)."""
+        ctx, name = self.ctx, row["_table"]
+        rows = df.where(F.col("_table") == name)
+        b = ctx.target.bronze(name).location
+        t = time.monotonic()
+        # under lenient and ignore, silver's columns differ from the source's once it changed
+        if row["marks"] or (self.policy in ("lenient", "ignore") and len(self.history[name]) > 1):
+            self.evolving(name, rows, f"binlake-stream-{self.app}-{name}", batch_id, row["oldest"])
+            return time.monotonic() - t, 0.0
+        schema = self.history[name][-1].schema
+        spark = ctx.session()
+        if name not in self.held:
+            self.held[name] = bronze.newest_change(spark, b)
+        typed = bronze.typed(rows, schema)
+        # Bronze takes a batch whole or not at all, in binlog order, so it holds every change up
+        # to `held`: a batch reaching back to it (the replay of one a crash cut short, or a new
+        # checkpoint over an old bronze) lands only what is past it, and any other is new
+        held = self.held[name]
+        replay = held is not None and held >= row["oldest"]
+        bronze.append_batch(typed.where(F.col("_seq") > F.lit(held)) if replay else typed, b)
+        # silver only after bronze has committed: a plain append to silver counts on it
+        faults.point("mid_stream", name)
+        bronze_s = time.monotonic() - t
+        t = time.monotonic()
+        silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
+                     bronze_may_be_newer=replay, inserts_only=not row["others"])
+        return bronze_s, time.monotonic() - t
+
+    def evolving(self, name: str, rows: Any, app_id: str, batch_id: int, oldest: Any) -> None:
+        """A batch whose rows span schema versions, or of a table silver no longer matches column for
+        column. The versions it marks are recorded before anything is written: a replay reuses them."""
+        ctx, history = self.ctx, self.history
+        marks = rows.where(F.col("_op") == "s").orderBy("_seq").select("_row").collect()
+        new = [Version.from_dict(json.loads(m["_row"])) for m in marks]
+        if new:
+            ctx.history(name).record(new)
+            history[name] = ctx.history(name).versions()
+            for v in new:
+                log.warning("%s: schema %s at binlog %s%s", name, "truncated" if v.kind == "truncate" else "changed",
+                            v.at, f" (renamed {v.renames})" if v.renames else "")
+        apply_batch(ctx.session(), rows, history[name], new, self.policy, ctx.target.bronze(name).location,
+                    ctx.target.silver(name).location, app_id, batch_id, oldest, ctx.cfg.get("target.type-changes"))

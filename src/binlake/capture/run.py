@@ -1,0 +1,44 @@
+"""`binlake run`: plan, snapshot and stream, as `stream.startup-mode` says, resuming wherever the last
+run stopped. Every step reads what the previous ones left in Delta (split state, bronze) and writes
+idempotently, so a run may be cut short at any point and started again.
+"""
+
+from __future__ import annotations
+
+from binlake.capture import resnapshot
+from binlake.capture.context import Context
+from binlake.capture.plan import plan
+from binlake.capture.snapshot import snapshot
+from binlake.capture.startup import SNAPSHOT_MODES, validate
+from binlake.capture.stream import stream
+from binlake.config import Config
+from binlake.errors import SchemaChangedError, SnapshotChangedError, raised_in_spark
+from binlake.source.validation import check_server_ids
+
+
+def run(cfg: Config, until_caught_up: bool = False) -> None:
+    """Plan, snapshot and stream, as `stream.startup-mode` says: `snapshot` stops after the
+    snapshot; the modes that start from a binlog position skip the snapshot. Planning and reading
+    interleave: each batch of planned groups is read while the rest of the table is still to be
+    planned; the final snapshot picks up whatever a crash left unread (planned, or landed and not yet
+    in silver)."""
+    validate(cfg)
+    check_server_ids(cfg)
+    ctx = Context(cfg)
+    mode = cfg.get("stream.startup-mode")
+    if mode in SNAPSHOT_MODES:
+        resnapshot.finish(ctx)  # what a crash left half done
+        done: dict[str, int] = {}
+        while True:
+            try:
+                plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
+                snapshot(cfg, None, ctx)
+                break
+            except Exception as exc:  # a chunk read saw its table change: the snapshot mixes two schemas
+                changed = exc if isinstance(exc, SchemaChangedError) else raised_in_spark(exc)
+                if not isinstance(changed, SchemaChangedError):
+                    raise
+                resnapshot.after_change(ctx, SnapshotChangedError(changed.message), done)
+    if mode != "snapshot":
+        stream(cfg, until_caught_up, ctx)
+

@@ -1,0 +1,223 @@
+"""The snapshot: every unfinished chunk read into bronze, group by group, in Spark jobs of the
+`binlake_snapshot` source (`binlake.spark.sources`), then the landed chunks applied to silver.
+
+Each chunk's read and its record in the split state are idempotent, so a snapshot cut short anywhere
+is resumed by the next run: a chunk whose rows reached bronze but whose status did not is recorded
+from bronze (`landed_in_bronze`), not read again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from binlake import faults
+from binlake.capture import plan as planning  # PLAN_BATCH read when used: the tests set it
+from binlake.capture.chunking import plan_ranges
+from binlake.capture.context import Context
+from binlake.config import Config
+from binlake.errors import RuntimeFailure
+from binlake.lake import bronze, silver, split_state
+from binlake.offsets import BinlogPosition
+from binlake.schema import TableSchema
+from binlake.source.connection import connect
+from binlake.splits import Split
+
+log = logging.getLogger(__name__)
+
+# snapshot rows applied to silver per MERGE (landed chunks are gathered up to this many rows)
+SILVER_BATCH_ROWS = int(os.environ.get("BINLAKE_SILVER_BATCH_ROWS", "1000000"))
+# groups whose splits the snapshot loads from the split state at once
+GROUP_WINDOW = 64
+
+
+class Progress:
+    """Chunks done/total, rows and rows/s per table on a terminal; silent otherwise."""
+
+    def __init__(self, totals: dict[str, int], done: dict[str, int]) -> None:
+        self.tty = sys.stderr.isatty()
+        self.totals, self.done = totals, done
+        self.rows: dict[str, int] = {t: 0 for t in totals}
+        self.began = time.monotonic()
+
+    def update(self, table: str, chunks: int, rows: int) -> None:
+        self.done[table] = self.done.get(table, 0) + chunks
+        self.rows[table] = self.rows.get(table, 0) + rows
+        if self.tty:
+            rate = self.rows[table] / max(time.monotonic() - self.began, 1e-6)
+            sys.stderr.write(f"\r{table}: chunks {self.done[table]}/{self.totals.get(table, '?')}, "
+                             f"rows {self.rows[table]:,}, {rate:,.0f} rows/s   ")
+            sys.stderr.flush()
+
+    def finish(self) -> None:
+        total = sum(self.rows.values())
+        secs = time.monotonic() - self.began
+        line = f"snapshot: {sum(self.done.values())} chunks, {total:,} rows in {secs:.1f}s ({total / max(secs, 1e-6):,.0f} rows/s)"
+        log.info(line)
+        if self.tty:
+            sys.stderr.write("\r" + line + " " * 20 + "\n")
+
+
+def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None, apply_silver: bool = True,
+             tables: list[str] | None = None) -> None:
+    """Read every unfinished chunk (of `groups`, or all) into bronze, group by group, then apply the
+    landed chunks to silver (locally; on Databricks the pipeline's AUTO CDC does that).
+
+    Splits are loaded GROUP_WINDOW groups at a time: the driver never holds a huge table's splits.
+    """
+    ctx = ctx or Context(cfg)
+    spark = ctx.session()
+    schemas = ctx.schemas()
+    names = [t for t in (tables or list(schemas)) if t in schemas]
+    path = ctx.target.split_state
+    unfinished, counts = split_state.groups(spark, path, "done" if apply_silver else "landed", names)
+    progress = Progress({t: n for t, (n, _) in counts.items()}, {t: d for t, (_, d) in counts.items()})
+    ids = ctx.reader_ids()
+    group_size = int(cfg.get("snapshot.group-size"))
+    for table, table_groups in unfinished.items():
+        chosen = [g for g in table_groups if groups is None or g in groups]
+        schema = schemas[table]
+        landed: list[Split] = []
+        for at in range(0, len(chosen), GROUP_WINDOW):
+            window = split_state.load(spark, path, group_size, [table], chosen[at:at + GROUP_WINDOW]).get(table, [])
+            landed += [s for s in window if s.status == "landed"]
+            pending = [s for s in window if not s.landed]
+            recovered = landed_in_bronze(ctx, schema, pending)
+            landed += recovered
+            recovered_ids = {s.index for s in recovered}
+            by_group: dict[int, list[Split]] = {}
+            for s in pending:
+                if s.index not in recovered_ids:
+                    by_group.setdefault(s.group, []).append(s)
+            for group in sorted(by_group):
+                todo = by_group[group]
+                if todo[-1].is_last:
+                    read = read_tail(ctx, schema, todo, ids, progress)
+                else:
+                    read = read_group(ctx, schema, todo, ids)
+                    progress.update(table, len(read), sum(s.rows or 0 for s in read))
+                ctx.note_files([s.hw.file for s in read if s.hw is not None])
+                landed += read
+                if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
+                    apply_to_silver(ctx, schema, landed)
+                    landed = []
+        if apply_silver:
+            apply_to_silver(ctx, schema, landed)
+    progress.finish()
+
+
+def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int], progress: Progress) -> list[Split]:
+    """Read a group ending with the open last split `[start, +inf)`, which grows while the snapshot
+    runs when rows are inserted past the maximum key.
+
+    Before it is read, the open split is cut again at chunk-size (`cut_tail`): it keeps its index
+    with a bound end, new splits follow, the last of them open and holding at most chunk-size rows
+    at that moment. The pieces are stored, the group holding the new open split is read at once --
+    so it grows only by what is inserted during one group's read -- and then the other pieces, group
+    by group. No read holds more than about a chunk, however far the table grew, and a table that
+    keeps growing still ends its snapshot (the rows inserted after the open split's high watermark
+    come through the binlog). Whoever reads the last split reads every piece (on Databricks, the
+    task of the last group).
+    """
+    todo = splits
+    later: list[list[Split]] = []
+    while True:
+        pieces, small = cut_tail(ctx, schema, todo[-1])
+        if not pieces:
+            break
+        split_state.add_recut(ctx.session(), ctx.target.split_state, pieces)
+        log.info("%s: the open last chunk %d holds more than %d rows; cut into chunks %d..%d",
+                 schema.name, pieces[0].index, ctx.cfg.chunk_size, pieces[0].index, pieces[-1].index)
+        by_group: dict[int, list[Split]] = {}
+        for s in todo[:-1] + pieces:
+            by_group.setdefault(s.group, []).append(s)
+        later += [by_group[g] for g in sorted(by_group)[:-1]]
+        todo = by_group[max(by_group)]
+        if small:
+            break
+    landed: list[Split] = []
+    for group in [todo, *later]:
+        read = read_group(ctx, schema, group, ids)
+        progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
+        landed += read
+    return landed
+
+
+def cut_tail(ctx: Context, schema: TableSchema, last: Split) -> tuple[list[Split], bool]:
+    """The open last split cut again at chunk-size, as it is now: no pieces when it holds at most
+    chunk-size rows; else at most PLAN_BATCH pieces, the first with the split's index, the last open,
+    and whether that last one holds at most chunk-size rows (False: cut it again)."""
+    most = max(planning.PLAN_BATCH, 2)
+    conn = connect(ctx.params)
+    try:
+        pieces: list[Split] = []
+        for start, end in plan_ranges(conn, schema, ctx.cfg.chunk_size, last.start):
+            if end is None and not pieces:
+                return [], True  # small enough to read as it is
+            is_open = end is None or len(pieces) + 1 == most
+            pieces.append(Split(last.table, last.table_no, last.index + len(pieces), start,
+                                None if is_open else end, last.group_size))
+            if is_open:
+                return pieces, end is None
+    finally:
+        conn.close()
+    return pieces, True
+
+
+def landed_in_bronze(ctx: Context, schema: TableSchema, splits: list[Split]) -> list[Split]:
+    """Chunks whose rows reached bronze but whose status did not (a crash between the two): record
+    them as landed instead of reading them again."""
+    if not splits:
+        return []
+    marks = bronze.chunk_marks(ctx.session(), ctx.target.bronze(schema.name).location, [s.index for s in splits])
+    return record_landed(ctx, splits, marks)
+
+
+def record_landed(ctx: Context, splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
+    """Record as landed the splits whose watermark row is in bronze (`marks`, see bronze.chunk_marks)."""
+    found = {m["_chunk"]: m for m in marks if m["hw_file"]}
+    landed = [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"]),
+                                         int(found[s.index].get("epoch") or 0)),
+                          int(found[s.index]["rows"]),
+                          BinlogPosition.parse(found[s.index]["lw"]) if found[s.index]["lw"] else None)
+              for s in splits if s.index in found]
+    split_state.record(ctx.session(), ctx.target.split_state, landed)
+    return landed
+
+
+def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int]) -> list[Split]:
+    """Read a group's chunks in one Spark job into bronze; record them landed with their HW."""
+    spark = ctx.session()
+    b = ctx.target.bronze(schema.name).location
+    job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
+           "server_ids": ids, "dialect": ctx.dialect.to_dict(),
+           "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
+    df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
+          .option("password", ctx.params["password"]).load())
+    marks = bronze.append_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
+    faults.point("after_bronze_write", schema.name)
+    landed = record_landed(ctx, splits, marks)
+    missing = sorted({s.index for s in splits} - {s.index for s in landed})
+    if missing:
+        raise RuntimeFailure(f"chunks {missing} of {schema.name} have no watermark row in bronze after their read")
+    return landed
+
+
+def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split]) -> None:
+    """Apply landed chunks' rows to silver in one MERGE, then record them done (both idempotent)."""
+    if not landed:
+        return
+    spark = ctx.session()
+    b = ctx.target.bronze(schema.name).location
+    chunks = [s.index for s in landed]
+    rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
+    silver.insert_snapshot(spark, schema, rows, ctx.target.silver(schema.name).location, b)
+    faults.point("after_silver_chunks", schema.name)
+    split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])
+

@@ -1,0 +1,45 @@
+"""What both data sources hand Spark: Arrow record batches of bronze's flat change rows, bounded in
+rows and bytes, and the connection settings each reader opens its connections with."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+
+def connection_params(options: dict[str, str]) -> dict[str, Any]:
+    """The job's connection settings with the password, which travels in an option of its own."""
+    job = json.loads(options["job"])
+    p = dict(job["connection"])
+    p["password"] = options.get("password", "")
+    return p
+
+
+# rows per Arrow batch handed to Spark: columnar batches, not one pickled tuple per row
+BATCH_ROWS = 8192
+
+
+# and at most about this many bytes of values: an Arrow string column holds at most 2 GiB, and
+# 8192 rows of 16 MB LONGBLOBs would hold 128 GiB
+BATCH_BYTES = 64 * 1024 * 1024
+
+
+# columns whose values can be megabytes; only these are measured, narrow rows cost nothing
+WIDE_TYPES = {"tinyblob", "blob", "mediumblob", "longblob", "tinytext", "text", "mediumtext", "longtext", "json",
+              "varchar", "varbinary"}
+
+
+def meta_fields() -> list[tuple[str, Any]]:
+    """The Arrow fields of bronze's meta columns, first in every batch either source hands to Spark."""
+    return [("_table", pa.string()), ("_op", pa.string()), ("_seq", pa.decimal128(38, 0)), ("_ts", pa.int64()),
+            ("_file", pa.string()), ("_pos", pa.int64()), ("_gtid", pa.string()), ("_chunk", pa.int32()),
+            ("_lw", pa.string())]
+
+
+def arrow_batch(fields: list[tuple[str, Any]], columns: list[list[Any]]) -> Any:
+    """One Arrow record batch of `columns` (lists of values) typed by `fields`."""
+    return pa.RecordBatch.from_arrays([pa.array(c, type=t) for c, (_, t) in zip(columns, fields)],
+                                      names=[n for n, _ in fields])
+
