@@ -136,7 +136,6 @@ def fail_over(ctx: Context, conn: Any, lineage: Lineage, anchor: Anchor, now: Se
     ctx.forget_lineage()
 
 
-
 def resume_position(ctx: Context) -> BinlogPosition | None:
     """Where the stream will read from next: the end of its last committed micro-batch, or, before
     the first one, the lowest high watermark of the snapshot's chunks."""
@@ -147,7 +146,7 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
         stored = ctx.target.stream_start
         return Start.from_dict(json.loads(stored.read_text())).position if stored.exists() else None
     splits = split_state.load(ctx.session(), ctx.target.split_state, ctx.cfg.get("snapshot.group-size"),
-                        list(ctx.schemas()))
+                              list(ctx.schemas()))
     return min((s.hw for ss in splits.values() for s in ss if s.hw is not None), default=None)
 
 

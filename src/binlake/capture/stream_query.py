@@ -68,7 +68,6 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
     }
 
 
-
 def run_stream(ctx: Context, until_caught_up: bool) -> None:
     """Stream the binlog into bronze and silver from where the snapshot (or the startup mode) left it;
     with `until_caught_up`, until the head the server had when it began."""
