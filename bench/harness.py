@@ -119,10 +119,11 @@ class Source:
         return str(self.scalar("SELECT VERSION()"))
 
 
-def start_source() -> Source:
+def start_source(server: str = "mariadb", name: str = "bench") -> Source:
+    """A benchmark server of that kind, in .binlake/<name>-<server>."""
     from binlake.commands.devdb import DevDb
 
-    db = DevDb(datadir=DATADIR, server_id=1)
+    db = DevDb(datadir=DATADIR.with_name(f"{name}-{server}"), server_id=1, server=server)  # type: ignore[arg-type]
     port = db.start()
     return Source(port, db)
 

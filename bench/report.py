@@ -11,6 +11,9 @@ TARGETS = [
     ("stream", "ratio", ">=", 0.25, "stream rows/s vs mariadb-binlog -v decoding the same binlog"),
     ("latency", "p99_s", "<=", 2.0, "commit to visible in silver, 99th percentile (seconds)"),
     ("memory", "growth", "<=", 1.25, "peak memory at 5x rows / at 1x rows"),
+    ("many-tables", "mariadb_run_s", "<=", 600, "run --until-caught-up of BENCH_TABLES small tables, MariaDB (seconds)"),
+    ("many-tables", "mysql_run_s", "<=", 600, "run --until-caught-up of BENCH_TABLES small tables, MySQL (seconds)"),
+    ("many-tables", "silver_tables_differing", "<=", 0, "silver tables that differ from their source afterwards"),
 ]
 
 
@@ -168,7 +171,19 @@ def write_report(results: dict[str, Any], path: Path, chart: str | None) -> None
                 f"{_n(pe['wall_rows_per_s'])} rows/s counting JVM start and a second counting job "
                 f"({_n(pe['wall_s'], 1)} s); peak RSS {_n(pe['peak_rss_mb'])} MB; Flink counted "
                 f"{_n(pe['rows_counted_by_flink'])} rows.")
-    sections = [k for k in ("snapshot", "stream", "floor", "latency", "memory", "peer") if k in results]
+    mt = results.get("many-tables")
+    if mt:
+        lines += ["", "## Many tables (`run --until-caught-up`, one writer)", "",
+                  "| server | tables x rows | run s | s per table | one connection reading every table s | "
+                  "ratio | writer changes | catch-up s | silver tables differing |", "|---|---|---|---|---|---|---|---|---|"]
+        for server in ("mariadb", "mysql"):
+            m = mt.get(server)
+            if isinstance(m, dict) and "run_s" in m:
+                lines.append(f"| {m['server']} | {_n(m['tables'])} x {_n(m['rows_per_table'])} | {_n(m['run_s'], 1)} | "
+                             f"{_n(m['seconds_per_table'], 3)} | {_n(m['baseline_scan_s'], 2)} | "
+                             f"{_n(m['ratio_to_scan'], 5)} | {_n(m['writer_changes'])} | {_n(m['catch_up_s'], 1)} | "
+                             f"{_n(m['silver_tables_differing'])} |")
+    sections = [k for k in ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables") if k in results]
     lines += ["", "## Sections", "", "| section | measured at | seconds |", "|---|---|---|"]
     for k in sections:
         lines.append(f"| {k} | {results[k].get('measured_at', '?')} | {_n(results[k].get('section_s'), 1)} |")

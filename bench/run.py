@@ -8,9 +8,12 @@ Sections, each measured against a baseline taken in the same run:
             the best rate (and latency) these writes allow here, against the same baselines
   memory    peak RSS of the snapshot at 1x and 5x rows
   peer      Flink CDC's MySQL source on the same table, when it can run here
+  many-tables  `binlake run --until-caught-up` over many small tables with one writer, on MariaDB and
+            MySQL, vs one connection reading every table (bench/many_tables.py)
 
 Sizes: BENCH_ROWS (default 1,000,000), BENCH_STREAM_CHANGES (500,000), BENCH_MEMORY_ROWS (the memory
-section's small size, default BENCH_ROWS), BENCH_LATENCY_RATE (200 rows/s), BENCH_LATENCY_SECONDS (60).
+section's small size, default BENCH_ROWS), BENCH_LATENCY_RATE (200 rows/s), BENCH_LATENCY_SECONDS (60),
+BENCH_TABLES (1,000) and BENCH_TABLE_ROWS (100) for many-tables, BENCH_MANY_SERVERS (mariadb,mysql).
 Writes bench/results/latest.json, report.md and chart.png. A run of some sections replaces those
 sections in latest.json and keeps the others (each section records when it was measured).
 The benchmark uses its own MariaDB in .binlake/bench-mariadb and stops it at the end.
@@ -35,13 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import floor  # noqa: E402
 import harness  # noqa: E402
 import latency  # noqa: E402
+import many_tables  # noqa: E402
 import memory  # noqa: E402
 import peer  # noqa: E402
 import report  # noqa: E402
 import snapshot  # noqa: E402
 import stream  # noqa: E402
 
-SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer")
+SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables")
 
 
 def now() -> str:
@@ -98,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                     out = latency.run(source)
                 elif name == "memory":
                     out = memory.run(source, rows, snap_run.figures if snap_run else None)
+                elif name == "many-tables":
+                    servers = tuple(os.environ.get("BENCH_MANY_SERVERS", "mariadb,mysql").split(","))
+                    out = many_tables.run(harness.env_int("BENCH_TABLES", 1000), harness.env_int("BENCH_TABLE_ROWS", 100),
+                                          servers)
                 else:
                     out = peer.run(source, rows)
             except Exception as exc:  # one failed section must not lose the others' figures
