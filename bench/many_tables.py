@@ -152,6 +152,7 @@ def run(tables: int, rows: int, servers: tuple[str, ...] = ("mariadb", "mysql"))
     for server in servers:
         out[server] = measure(server, tables, rows)
         out[f"{server}_run_s"] = out[server]["run_s"]
+        out[f"{server}_seconds_per_table"] = out[server]["seconds_per_table"]
     out["silver_tables_differing"] = sum(out[s]["silver_tables_differing"] for s in servers)
     out["section_s"] = round(time.monotonic() - began, 1)
     return out

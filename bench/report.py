@@ -11,8 +11,9 @@ TARGETS = [
     ("stream", "ratio", ">=", 0.25, "stream rows/s vs mariadb-binlog -v decoding the same binlog"),
     ("latency", "p99_s", "<=", 2.0, "commit to visible in silver, 99th percentile (seconds)"),
     ("memory", "growth", "<=", 1.25, "peak memory at 5x rows / at 1x rows"),
-    ("many-tables", "mariadb_run_s", "<=", 600, "run --until-caught-up of BENCH_TABLES small tables, MariaDB (seconds)"),
-    ("many-tables", "mysql_run_s", "<=", 600, "run --until-caught-up of BENCH_TABLES small tables, MySQL (seconds)"),
+    # 1,000 tables in 10 minutes; per table, so a run at a smaller BENCH_TABLES is judged by the same bar
+    ("many-tables", "mariadb_seconds_per_table", "<=", 0.6, "run --until-caught-up of small tables, MariaDB: s per table"),
+    ("many-tables", "mysql_seconds_per_table", "<=", 0.6, "run --until-caught-up of small tables, MySQL: s per table"),
     ("many-tables", "silver_tables_differing", "<=", 0, "silver tables that differ from their source afterwards"),
 ]
 
