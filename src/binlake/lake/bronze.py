@@ -154,7 +154,7 @@ def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[
 def append_batch(df: DataFrame, location: str, app_id: str | None = None, version: int | None = None) -> None:
     """Append a stream micro-batch. With `app_id` and `version`, exactly once: Delta skips an
     (app_id, version) it already has, after a pass over the table's log to find it -- the stream's
-    plain batches need none (their caller drops what bronze holds, see spark.streaming)."""
+    plain batches need none (their caller drops what bronze holds, see capture.micro_batch)."""
     writer = df.write.format("delta").mode("append").option("mergeSchema", "true")
     if app_id is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", version)

@@ -1,7 +1,8 @@
 """The PySpark streaming source `binlake_binlog`: offsets are binlog positions, a micro-batch is the
 row changes of the captured tables between two of them, handed to Spark as Arrow batches of
-bronze's flat change rows. It translates Spark's calls into calls on binlog_reader, handover and
-failover; the snapshot source and the batches' shape are `binlake.spark.sources`.
+bronze's flat change rows. It translates Spark's calls into calls on binlog_reader, handover (with the
+rules of a batch's range: binlake.capture.handover) and failover; the snapshot source is
+`binlake.spark.sources`, the batches' shape `binlake.spark.batches`.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ class BinlogReader(DataSourceStreamReader):
             )
             evolver = _evolver(self.job, schemas, splits, start, guard, conn)
             rows = _rows(changes, schemas, handover, guard, evolver, skip)
-            if seen is not None:  # the GTIDs this batch passed, for the driver's record (spark.streaming)
+            if seen is not None:  # the GTIDs this batch passed, for the driver's record (capture.micro_batch)
                 rows = _trailed(rows, partition, seen)
             yield from _batches(rows)
         finally:
@@ -173,7 +174,7 @@ class BinlogReader(DataSourceStreamReader):
         self.last = end
 
 
-Row = tuple[Any, ...]  # one flat change row: the meta columns (spark.sources.meta_fields), then _row
+Row = tuple[Any, ...]  # one flat change row: the meta columns (spark.batches.meta_fields), then _row
 
 
 def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard: Any, evolver: Any,
