@@ -95,7 +95,7 @@ def test_kill_at_random_moments_then_catch_up(server: Any, spark: Any, tmp_path:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            if Path(bronze).exists():
+            if any((Path(bronze) / "_delta_log").glob("*.json")):  # a kill may land before its first commit
                 assert bronze_duplicates(spark, bronze) == 0, f"duplicates after kill {n + 1}: {journal.read_text()}"
     finally:
         writers.stop_flag.set()

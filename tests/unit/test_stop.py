@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,26 @@ def test_the_jvm_filter_drops_start_up_lines_only(monkeypatch: pytest.MonkeyPatc
                             b"To adjust logging level use sc.setLogLevel(newLevel).\n"
                             b"java.lang.OutOfMemoryError: Java heap space\n"))
     assert written == [b"java.lang.OutOfMemoryError: Java heap space\n"]
+
+
+def test_the_jvm_filter_sends_a_disconnected_workers_traceback_to_the_spark_log(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    written: list[bytes] = []
+    monkeypatch.setattr(jvm.os, "write", lambda fd, data: written.append(data) or len(data))
+    monkeypatch.setenv("BINLAKE_SPARK_LOG", str(tmp_path / "spark.log"))
+    disconnected = (b"Traceback (most recent call last):\n"
+                    b'  File "pyspark/sql/streaming/python_streaming_source_runner.py", line 265, in main\n'
+                    b"EOFError\n"
+                    b"\n"
+                    b"During handling of the above exception, another exception occurred:\n"
+                    b"\n"
+                    b"Traceback (most recent call last):\n"
+                    b'  File "socket.py", line 724, in write\n'
+                    b"    return self._sock.send(b)\n"
+                    b"BrokenPipeError: [Errno 32] Broken pipe\n")
+    failed = (b"Traceback (most recent call last):\n"
+              b'  File "pyspark/worker.py", line 3, in main\n'
+              b"ValueError: a failure of the worker's own\n")
+    jvm._forward(io.BytesIO(disconnected + b"\n" + b"a line after it\n" + failed + disconnected))
+    assert b"".join(written) == b"a line after it\n" + failed
+    assert (tmp_path / "spark.log").read_bytes() == disconnected + b"\n" + disconnected

@@ -7,7 +7,9 @@ micro-batch in flight: the stream ends with a failure instead of the clean stop 
 own SIGTERM (`binlake.stop`). Here the JVM leads a session of its own, so a signal reaches binlake
 alone, and it dies with binlake's main thread (`PR_SET_PDEATHSIG`), so a kill -9 of binlake (or of
 its group) still takes the JVM along at once, as a crash would -- it does not finish the write it was
-in. At a normal exit the JVM ends first, by itself. The JVM's stderr passes through a filter that drops the lines Java and Spark print at every start.
+in. At a normal exit the JVM ends first, by itself. The JVM's stderr passes through a filter that
+drops the lines Java and Spark print at every start, and the tracebacks of Python workers whose JVM
+end went away (Spark stopping a stream's reader under it), which go to the Spark log.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ from binlake.errors import RuntimeFailure
 # printed by Java and Spark at every start; they say nothing to a binlake user
 START_UP_LINES = (b"WARNING: Using incubator modules:", b"Setting default log level to",
                   b"To adjust logging level use sc.setLogLevel")
+# how a Python worker's traceback ends when its JVM end went away: Spark stopped the worker (a stream's
+# reader when its query stops) before or while it spoke. A failure of the worker's own the JVM reports.
+DISCONNECTED = (b"EOFError", b"BrokenPipeError", b"ConnectionResetError",
+                b"pyspark.errors.exceptions.base.PySparkRuntimeError: [CANNOT_OPEN_SOCKET]")
+_TRACEBACK = b"Traceback (most recent call last):"
+_CHAINED = (b"During handling of the above exception", b"The above exception was the direct cause")
 _PR_SET_PDEATHSIG = 1
 # how long binlake's exit waits for the JVM to end by itself
 END_SECONDS = 10
@@ -116,11 +124,43 @@ def _child_setup() -> Any:
 
 
 def _forward(stream: IO[bytes]) -> None:
-    """The JVM's stderr to binlake's, but for its start-up lines; once binlake exits, to the Spark log
-    (a JVM stopped under a running query prints that query's failure, which is no failure of binlake's)."""
+    """The JVM's stderr to binlake's, but for its start-up lines and the tracebacks of disconnected
+    Python workers; once binlake exits, all to the Spark log (a JVM stopped under a running query
+    prints that query's failure, which is no failure of binlake's)."""
+    held: list[bytes] = []  # a traceback, until its last line says what it is
     for line in iter(stream.readline, b""):
-        if _exiting.is_set():
-            with open(os.environ.get("BINLAKE_SPARK_LOG", os.devnull), "ab") as log:
-                log.write(line)
+        if held and not _continues(held, line):
+            _pass(held)
+            held = []
+        if held or line.startswith(_TRACEBACK):
+            held.append(line)
         elif not line.startswith(START_UP_LINES):
-            os.write(2, line)
+            _pass([line])
+    _pass(held)
+
+
+def _continues(held: list[bytes], line: bytes) -> bool:
+    """Whether `line` belongs to the traceback `held`: frames, blank lines and chained tracebacks do,
+    and the exception line that ends one; not a line after an exception line that chains nothing, nor a
+    traceback no chaining line announced."""
+    if not line.strip() or line.startswith(_CHAINED):
+        return True
+    last = _last(held)
+    if line.startswith(_TRACEBACK):
+        return last.startswith(_CHAINED)
+    return last[:1].isspace() or last.startswith((_TRACEBACK, *_CHAINED))
+
+
+def _last(lines: list[bytes]) -> bytes:
+    return next((line for line in reversed(lines) if line.strip()), b"")
+
+
+def _pass(lines: list[bytes]) -> None:
+    if not lines:
+        return
+    disconnected = lines[0].startswith(_TRACEBACK) and _last(lines).startswith(DISCONNECTED)
+    if _exiting.is_set() or disconnected:
+        with open(os.environ.get("BINLAKE_SPARK_LOG", os.devnull), "ab") as log:
+            log.write(b"".join(lines))
+    else:
+        os.write(2, b"".join(lines))
