@@ -8,6 +8,9 @@ loads the schemas, starts Spark and identifies the server once.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +40,7 @@ class Context:
     dialect: Dialect = field(init=False, default=Dialect("mariadb", (0, 0, 0)))
     new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
     _lineage: Lineage | None = field(init=False, default=None)
+    _readers: _Readers | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -140,6 +144,52 @@ class Context:
                 f"{ids.first}-{ids.first + n}"
             )
         return [ids.pick(1 + i) for i in range(min(n, len(ids) - 1))]
+
+    @contextmanager
+    def readers(self, count: int) -> Iterator[list[int]]:
+        """`count` server ids for chunk readers (at most as many as there are), held apart from any
+        other read's until the block ends: two binlog connections under one server id end each
+        other. Several tables are read at once (`tables_at_once`), so the ids of `source.server-id`
+        past the stream's, up to two per reading slot, are shared out in turn."""
+        if self._readers is None:
+            ids = self.cfg.server_ids
+            self.reader_ids()  # refuses a range too short
+            self._readers = _Readers([ids.pick(1 + i) for i in range(min(self.tables_at_once, len(ids) - 1))])
+        with self._readers.lease(min(count, self.cfg.parallelism)) as leased:
+            yield leased
+
+    @property
+    def tables_at_once(self) -> int:
+        """Tables read, or a micro-batch's tables written, at once: twice the reading slots, as a
+        Delta commit keeps the driver busy in short bursts between which another table's work runs
+        (measured on 2 cores: 20 small appends 0.46 s each one at a time, 0.30 s each four at once)."""
+        return 2 * self.cfg.parallelism
+
+
+class _Readers:
+    """Server ids lent to chunk reads in the order they asked, none to two reads at once."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.free = ids
+        self.size = len(ids)
+        self.changed = threading.Condition()
+        self.tickets, self.serving = 0, 0
+
+    @contextmanager
+    def lease(self, count: int) -> Iterator[list[int]]:
+        count = max(1, min(count, self.size))
+        with self.changed:
+            ticket, self.tickets = self.tickets, self.tickets + 1
+            self.changed.wait_for(lambda: self.serving == ticket and len(self.free) >= count)
+            leased, self.free = self.free[:count], self.free[count:]
+            self.serving += 1
+            self.changed.notify_all()
+        try:
+            yield leased
+        finally:
+            with self.changed:
+                self.free = self.free + leased
+                self.changed.notify_all()
 
 
 def current_position(ctx: Context) -> BinlogPosition:

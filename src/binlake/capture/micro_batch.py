@@ -63,7 +63,7 @@ class MicroBatch:
             # Tables are independent (each its own bronze and silver, each write idempotent), so a
             # batch lands several at once: a Delta commit keeps the driver busy in short bursts, and
             # the batch takes about as long as its slowest tables, not their sum.
-            workers = min(len(seen), self.ctx.cfg.parallelism)
+            workers = min(len(seen), self.ctx.tables_at_once)
             if workers < 2:
                 times = [land(row) for row in seen]
             else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from binlake.capture import resnapshot
 from binlake.capture.context import Context
 from binlake.capture.plan import plan
-from binlake.capture.snapshot import snapshot
+from binlake.capture.snapshot import Reading, snapshot
 from binlake.capture.startup import SNAPSHOT_MODES, validate
 from binlake.capture.stream import stream
 from binlake.config import Config
@@ -19,9 +19,9 @@ from binlake.source.validation import check_server_ids
 def run(cfg: Config, until_caught_up: bool = False) -> None:
     """Plan, snapshot and stream, as `stream.startup-mode` says: `snapshot` stops after the
     snapshot; the modes that start from a binlog position skip the snapshot. Planning and reading
-    interleave: each batch of planned groups is read while the rest of the table is still to be
-    planned; the final snapshot picks up whatever a crash left unread (planned, or landed and not yet
-    in silver)."""
+    interleave: each batch of planned groups is read while the rest is still to be planned, several
+    tables at once (`snapshot.Reading`); the final snapshot picks up whatever a crash left unread
+    (planned, or landed and not yet in silver)."""
     validate(cfg)
     check_server_ids(cfg)
     ctx = Context(cfg)
@@ -31,7 +31,8 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
         done: dict[str, int] = {}
         while True:
             try:
-                plan(cfg, ctx, on_batch=lambda table: snapshot(cfg, None, ctx, tables=[table]))
+                with Reading(cfg, ctx) as reading:
+                    plan(cfg, ctx, on_batch=reading)
                 snapshot(cfg, None, ctx)
                 break
             except Exception as exc:  # a chunk read saw its table change: the snapshot mixes two schemas

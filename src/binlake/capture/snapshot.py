@@ -12,8 +12,10 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Self
 
 from pyspark.sql import functions as F
 
@@ -35,6 +37,8 @@ log = logging.getLogger(__name__)
 SILVER_BATCH_ROWS = int(os.environ.get("BINLAKE_SILVER_BATCH_ROWS", "1000000"))
 # groups whose splits the snapshot loads from the split state at once
 GROUP_WINDOW = 64
+# split statuses of tables read whole recorded per append (see `Reading`)
+RECORD_BATCH = 200
 
 
 class Progress:
@@ -45,15 +49,17 @@ class Progress:
         self.totals, self.done = totals, done
         self.rows: dict[str, int] = {t: 0 for t in totals}
         self.began = time.monotonic()
+        self.lock = threading.Lock()
 
     def update(self, table: str, chunks: int, rows: int) -> None:
-        self.done[table] = self.done.get(table, 0) + chunks
-        self.rows[table] = self.rows.get(table, 0) + rows
-        if self.tty:
-            rate = self.rows[table] / max(time.monotonic() - self.began, 1e-6)
-            sys.stderr.write(f"\r{table}: chunks {self.done[table]}/{self.totals.get(table, '?')}, "
-                             f"rows {self.rows[table]:,}, {rate:,.0f} rows/s   ")
-            sys.stderr.flush()
+        with self.lock:
+            self.done[table] = self.done.get(table, 0) + chunks
+            self.rows[table] = self.rows.get(table, 0) + rows
+            if self.tty:
+                rate = self.rows[table] / max(time.monotonic() - self.began, 1e-6)
+                sys.stderr.write(f"\r{table}: chunks {self.done[table]}/{self.totals.get(table, '?')}, "
+                                 f"rows {self.rows[table]:,}, {rate:,.0f} rows/s   ")
+                sys.stderr.flush()
 
     def finish(self) -> None:
         total = sum(self.rows.values())
@@ -67,7 +73,8 @@ class Progress:
 def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None, apply_silver: bool = True,
              tables: list[str] | None = None) -> None:
     """Read every unfinished chunk (of `groups`, or all) into bronze, group by group, then apply the
-    landed chunks to silver (locally; on Databricks the pipeline's AUTO CDC does that).
+    landed chunks to silver (locally; on Databricks the pipeline's AUTO CDC does that). Tables are
+    read `Context.tables_at_once` at a time.
 
     Splits are loaded GROUP_WINDOW groups at a time: the driver never holds a huge table's splits.
     """
@@ -75,44 +82,121 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
     spark = ctx.session()
     schemas = ctx.schemas()
     names = [t for t in (tables or list(schemas)) if t in schemas]
-    path = ctx.target.split_state
-    unfinished, counts = split_state.groups(spark, path, "done" if apply_silver else "landed", names)
+    unfinished, counts = split_state.groups(spark, ctx.target.split_state, "done" if apply_silver else "landed", names)
     progress = Progress({t: n for t, (n, _) in counts.items()}, {t: d for t, (_, d) in counts.items()})
-    ids = ctx.reader_ids()
-    group_size = int(cfg.get("snapshot.group-size"))
-    for table, table_groups in unfinished.items():
-        chosen = [g for g in table_groups if groups is None or g in groups]
-        schema = schemas[table]
-        landed: list[Split] = []
-        for at in range(0, len(chosen), GROUP_WINDOW):
-            window = split_state.load(spark, path, group_size, [table], chosen[at:at + GROUP_WINDOW]).get(table, [])
-            landed += [s for s in window if s.status == "landed"]
-            pending = [s for s in window if not s.landed]
-            recovered = landed_in_bronze(ctx, schema, pending)
-            landed += recovered
-            recovered_ids = {s.index for s in recovered}
-            by_group: dict[int, list[Split]] = {}
-            for s in pending:
-                if s.index not in recovered_ids:
-                    by_group.setdefault(s.group, []).append(s)
-            for group in sorted(by_group):
-                todo = by_group[group]
-                if todo[-1].is_last:
-                    read = read_tail(ctx, schema, todo, ids, progress)
-                else:
-                    read = read_group(ctx, schema, todo, ids)
-                    progress.update(table, len(read), sum(s.rows or 0 for s in read))
-                ctx.note_files([s.hw.file for s in read if s.hw is not None])
-                landed += read
-                if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
-                    apply_to_silver(ctx, schema, landed)
-                    landed = []
-        if apply_silver:
-            apply_to_silver(ctx, schema, landed)
+    work = [(schemas[t], [g for g in gs if groups is None or g in groups]) for t, gs in unfinished.items()]
+    at_once = min(len(work), ctx.tables_at_once)
+    if at_once < 2:
+        for schema, chosen in work:
+            _table(ctx, schema, chosen, apply_silver, progress)
+    else:
+        with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="snapshot") as pool:
+            for done in [pool.submit(_table, ctx, schema, chosen, apply_silver, progress) for schema, chosen in work]:
+                done.result()
     progress.finish()
 
 
-def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int], progress: Progress) -> list[Split]:
+def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: bool, progress: Progress) -> None:
+    """One table's unfinished groups `chosen` read into bronze (and applied to silver)."""
+    group_size = int(ctx.cfg.get("snapshot.group-size"))
+    table = schema.name
+    landed: list[Split] = []
+    for at in range(0, len(chosen), GROUP_WINDOW):
+        window = split_state.load(ctx.session(), ctx.target.split_state, group_size, [table],
+                                  chosen[at:at + GROUP_WINDOW]).get(table, [])
+        landed += [s for s in window if s.status == "landed"]
+        pending = [s for s in window if not s.landed]
+        recovered = landed_in_bronze(ctx, schema, pending)
+        landed += recovered
+        recovered_ids = {s.index for s in recovered}
+        by_group: dict[int, list[Split]] = {}
+        for s in pending:
+            if s.index not in recovered_ids:
+                by_group.setdefault(s.group, []).append(s)
+        for group in sorted(by_group):
+            landed += read_any(ctx, schema, by_group[group], progress)
+            if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
+                apply_to_silver(ctx, schema, landed)
+                landed = []
+    if apply_silver:
+        apply_to_silver(ctx, schema, landed)
+
+
+def read_any(ctx: Context, schema: TableSchema, todo: list[Split], progress: Progress,
+             record: bool = True) -> list[Split]:
+    """A group read into bronze, its open last split cut again first if it has one."""
+    if todo[-1].is_last:
+        read = read_tail(ctx, schema, todo, progress, record)
+    else:
+        with ctx.readers(len(todo)) as ids:
+            read = read_group(ctx, schema, todo, ids, record)
+        progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
+    ctx.note_files([s.hw.file for s in read if s.hw is not None])
+    return read
+
+
+class Reading:
+    """The tables `plan` hands over, read while it plans the rest (its `on_batch`). A table planned
+    whole in one stored batch was never read, so it is read at once, `Context.tables_at_once` tables
+    at a time, without a look at the split state or bronze; its statuses are recorded for many tables
+    in one append (a crash before that append leaves the chunks landed in bronze, and the next run
+    records them from there, see `landed_in_bronze`). A table planned in parts is read as its parts
+    are stored, by the planning thread."""
+
+    def __init__(self, cfg: Config, ctx: Context) -> None:
+        self.cfg, self.ctx = cfg, ctx
+        self.pool = ThreadPoolExecutor(max_workers=ctx.tables_at_once, thread_name_prefix="snapshot")
+        self.running: list[Future[None]] = []
+        self.progress = Progress({}, {})
+        self.done: list[Split] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, table: str, whole: list[Split] | None) -> None:
+        for failed in [f for f in self.running if f.done()]:
+            failed.result()  # a read that failed ends planning too
+        if whole is None:
+            snapshot(self.cfg, None, self.ctx, tables=[table])
+        else:
+            self.running.append(self.pool.submit(self.whole, self.ctx.schemas()[table], whole))
+
+    def whole(self, schema: TableSchema, splits: list[Split]) -> None:
+        by_group: dict[int, list[Split]] = {}
+        for s in splits:
+            by_group.setdefault(s.group, []).append(s)
+        landed: list[Split] = []
+        for group in sorted(by_group):
+            landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False)
+            if sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS or group == max(by_group):
+                apply_to_silver(self.ctx, schema, landed, record=False)
+                self.applied([s.applied() for s in landed])
+                landed = []
+
+    def applied(self, splits: list[Split]) -> None:
+        with self.lock:
+            self.done += splits
+            if len(self.done) < RECORD_BATCH:
+                return
+            done, self.done = self.done, []
+        split_state.record(self.ctx.session(), self.ctx.target.split_state, done)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        """Wait for the reads (or, when planning failed, for those begun), record what they applied,
+        and raise the first read's failure unless planning's own is on its way."""
+        failed = kind is not None or any(f.done() and not f.cancelled() and f.exception() for f in self.running)
+        self.pool.shutdown(wait=True, cancel_futures=failed)
+        split_state.record(self.ctx.session(), self.ctx.target.split_state, self.done)
+        self.progress.finish()
+        if kind is None:
+            for f in self.running:
+                if not f.cancelled():
+                    f.result()
+
+
+def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], progress: Progress,
+              record: bool = True) -> list[Split]:
     """Read a group ending with the open last split `[start, +inf)`, which grows while the snapshot
     runs when rows are inserted past the maximum key.
 
@@ -143,7 +227,8 @@ def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[
             break
     landed: list[Split] = []
     for group in [todo, *later]:
-        read = read_group(ctx, schema, group, ids)
+        with ctx.readers(len(group)) as ids:
+            read = read_group(ctx, schema, group, ids, record)
         progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
         landed += read
     return landed
@@ -181,18 +266,25 @@ def landed_in_bronze(ctx: Context, schema: TableSchema, splits: list[Split]) -> 
 
 def record_landed(ctx: Context, splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
     """Record as landed the splits whose watermark row is in bronze (`marks`, see bronze.chunk_marks)."""
-    found = {m["_chunk"]: m for m in marks if m["hw_file"]}
-    landed = [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"]),
-                                         int(found[s.index].get("epoch") or 0)),
-                          int(found[s.index]["rows"]),
-                          BinlogPosition.parse(found[s.index]["lw"]) if found[s.index]["lw"] else None)
-              for s in splits if s.index in found]
+    landed = landed_by(splits, marks)
     split_state.record(ctx.session(), ctx.target.split_state, landed)
     return landed
 
 
-def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int]) -> list[Split]:
-    """Read a group's chunks in one Spark job into bronze; record them landed with their HW."""
+def landed_by(splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
+    """The splits whose watermark row is in bronze (`marks`), landed at its positions."""
+    found = {m["_chunk"]: m for m in marks if m["hw_file"]}
+    return [s.landed_at(BinlogPosition(found[s.index]["hw_file"], int(found[s.index]["hw_pos"]),
+                                       int(found[s.index].get("epoch") or 0)),
+                        int(found[s.index]["rows"]),
+                        BinlogPosition.parse(found[s.index]["lw"]) if found[s.index]["lw"] else None)
+            for s in splits if s.index in found]
+
+
+def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int],
+               record: bool = True) -> list[Split]:
+    """Read a group's chunks in one Spark job into bronze, under the server ids `ids`; record them
+    landed with their HW (unless `record` is False: the caller records them later)."""
     spark = ctx.session()
     b = ctx.target.bronze(schema.name).location
     job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
@@ -202,15 +294,16 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
           .option("password", ctx.params["password"]).load())
     marks = bronze.append_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
     faults.point("after_bronze_write", schema.name)
-    landed = record_landed(ctx, splits, marks)
+    landed = record_landed(ctx, splits, marks) if record else landed_by(splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})
     if missing:
         raise RuntimeFailure(f"chunks {missing} of {schema.name} have no watermark row in bronze after their read")
     return landed
 
 
-def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split]) -> None:
-    """Apply landed chunks' rows to silver in one MERGE, then record them done (both idempotent)."""
+def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split], record: bool = True) -> None:
+    """Apply landed chunks' rows to silver in one MERGE, then record them done (both idempotent;
+    unless `record` is False: the caller records them later)."""
     if not landed:
         return
     spark = ctx.session()
@@ -219,5 +312,6 @@ def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split]) -> N
     rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
     silver.insert_snapshot(spark, schema, rows, ctx.target.silver(schema.name).location, b)
     faults.point("after_silver_chunks", schema.name)
-    split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])
+    if record:
+        split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])
 

@@ -122,19 +122,24 @@ def _typed(changes: DataFrame, schema: TableSchema, raw: list[Any]) -> DataFrame
     return changes.select(*cols, *meta)
 
 
+# bronze's table properties: column mapping by name, so any source column name, spaces included, is valid
+PROPERTIES = {"delta.columnMapping.mode": "name", "delta.checkpointInterval": CHECKPOINT_INTERVAL}
+
+
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
-    """Create bronze with column mapping by name: any source column name, spaces included, is valid."""
+    """Create bronze, empty, unless it exists."""
     from delta.tables import DeltaTable
 
-    storage.clear_uncommitted(location)
-    if not DeltaTable.isDeltaTable(spark, location):
-        (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
-         .property("delta.columnMapping.mode", "name").property("delta.checkpointInterval", CHECKPOINT_INTERVAL)
-         .execute())
+    if not storage.table_exists(spark, location):
+        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
+        for key, value in PROPERTIES.items():
+            builder = builder.property(key, value)
+        builder.execute()
 
 
 def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[str, Any]]:
-    """Write a group's snapshot rows in one commit: a blind append, which reads nothing of bronze.
+    """Write a group's snapshot rows in one commit: a blind append, which reads nothing of bronze
+    (and creates it, when this is the table's first read).
     The snapshot reads a chunk only when bronze holds none of its rows (it asks `chunk_marks` before
     each window of groups, and a commit lands all of a group or none of it). Returns each chunk's
     marks as `chunk_marks` does, observed while the rows were written."""
@@ -143,7 +148,10 @@ def append_chunks(df: DataFrame, location: str, chunks: list[int]) -> list[dict[
     marks = Observation()
     watermarks = F.collect_list(F.when(F.col("_op") == "w", F.struct("_chunk", "_file", "_pos", "_lw", "_seq"))).alias("w")
     rows = [F.count_if((F.col("_chunk") == int(c)) & (F.col("_op") == "r")).alias(f"rows_{int(c)}") for c in chunks]
-    df.observe(marks, watermarks, *rows).write.format("delta").mode("append").option("mergeSchema", "true").save(location)
+    writer = df.observe(marks, watermarks, *rows).write.format("delta").mode("append").option("mergeSchema", "true")
+    if not storage.table_exists(df.sparkSession, location):  # created with its first chunks: one commit
+        writer = writer.options(**PROPERTIES)
+    writer.save(location)
     seen = marks.get
     found = {w["_chunk"]: (w["_file"], w["_pos"], w["_lw"]) for w in seen["w"]}
     seqs = {w["_chunk"]: w["_seq"] for w in seen["w"]}
@@ -165,6 +173,8 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
     """Per chunk: its watermark row's positions (`hw_file` None: no watermark row in bronze; `lw` the
     low watermark as text, None in a bronze written before binlake kept it) and its count of
     snapshot rows."""
+    if not storage.table_exists(spark, location):  # the first read creates bronze
+        return [_mark(int(c), None, None, None, 0) for c in chunks]
     watermark = F.col("_op") == "w"
     table = spark.read.format("delta").load(location)
     lw = F.col("_lw") if "_lw" in table.columns else F.lit(None).cast("string")  # a bronze from before `_lw`

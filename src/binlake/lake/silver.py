@@ -29,17 +29,22 @@ def struct(schema: TableSchema) -> T.StructType:
     return T.StructType(column_types(schema) + SILVER_META + ([DUP] if schema.multiset else []))
 
 
+# silver's table properties: deletion vectors (a MERGE then marks the rows it replaces instead of
+# rewriting every file a batch of scattered keys touches) and column mapping by name (any source
+# column name, spaces included, is a valid column)
+PROPERTIES = {"delta.enableDeletionVectors": "true", "delta.columnMapping.mode": "name",
+              "delta.checkpointInterval": CHECKPOINT_INTERVAL}
+
+
 def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
-    """Create silver with deletion vectors (a MERGE then marks the rows it replaces instead of
-    rewriting every file a batch of scattered keys touches) and column mapping by name (any source
-    column name, spaces included, is a valid column)."""
+    """Create silver, empty, unless it exists."""
     from delta.tables import DeltaTable
 
-    storage.clear_uncommitted(location)
-    if not DeltaTable.isDeltaTable(spark, location):
-        (DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
-         .property("delta.enableDeletionVectors", "true").property("delta.columnMapping.mode", "name")
-         .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())
+    if not storage.table_exists(spark, location):
+        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
+        for key, value in PROPERTIES.items():
+            builder = builder.property(key, value)
+        builder.execute()
 
 
 def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
@@ -116,13 +121,19 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
     has reached this silver yet (the stream starts after every chunk is applied; a table snapshotted
     again starts from an empty silver). So a row is inserted unless its key is there already, which
     happens only when the same chunk is applied again after a crash: an insert-only MERGE, with no
-    ordering window, no look at bronze and no rewrite of silver's files. Key-less tables are
-    recounted (`apply_multiset`) as always.
+    ordering window, no look at bronze and no rewrite of silver's files; a silver not yet created is
+    created with the rows, in one commit. Key-less tables are recounted (`apply_multiset`) as always.
     """
     from delta.tables import DeltaTable
 
     if schema.multiset:
+        ensure_table(spark, silver, schema)
         apply_multiset(spark, schema, rows, silver, bronze)
+        return
+    if not storage.table_exists(spark, silver):  # created with the snapshot's first rows: one commit
+        faults.point("mid_merge", schema.name)
+        rows.select(*[F.col(f.name) for f in struct(schema).fields]).write.format("delta") \
+            .options(**PROPERTIES).save(silver)
         return
     cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
     cols.update({"_seq": "s._seq", "_ts": "s._ts"})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 
 def clear_uncommitted(location: str) -> None:
@@ -20,3 +21,11 @@ def clear_uncommitted(location: str) -> None:
     log = Path(location) / "_delta_log"
     if log.is_dir() and not any(log.glob("*.json")) and not any(log.glob("*.checkpoint*.parquet")):
         shutil.rmtree(log)
+
+
+def table_exists(spark: Any, location: str) -> bool:
+    """Whether a Delta table has a commit at `location` (a creation cut short is cleared first)."""
+    from delta.tables import DeltaTable
+
+    clear_uncommitted(location)
+    return bool(DeltaTable.isDeltaTable(spark, location))
