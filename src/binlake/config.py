@@ -108,7 +108,7 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
     },
     "snapshot": {
         "chunk-size": (_int, 8096, "rows per chunk"),
-        "parallelism": (_int, 2, "chunks read at once (and tables a stream micro-batch writes at once)"),
+        "parallelism": (_int, 2, "chunks read at once (tables read, and a micro-batch's tables written, at once: twice this)"),
         "group-size": (_int, 16, "chunks committed to bronze together (the resume grain)"),
     },
     "stream": {

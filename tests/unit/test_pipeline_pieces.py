@@ -78,3 +78,74 @@ def test_snapshot_batches_hold_at_most_batch_rows_and_about_batch_bytes(monkeypa
     for b, e in cut:
         assert sum(len(v or "") for v in blobs[b:e - 1]) < 10
     assert cut == [(0, 4), (4, 7), (7, 8), (8, 10)]
+
+
+def test_reads_at_once_never_share_a_server_id_and_are_served_in_turn() -> None:
+    import threading
+    import time
+
+    ctx = Context(load(None, ["source.server-id=7000-7004", "snapshot.parallelism=2"]))
+    held: list[int] = []
+    lock = threading.Lock()
+    clashes: list[int] = []
+    order: list[str] = []
+
+    def read(name: str, count: int) -> None:
+        with ctx.readers(count) as ids:
+            assert ids and len(ids) <= 2  # at most the reading slots, however many were asked
+            with lock:
+                clashes.extend(i for i in ids if i in held)
+                held.extend(ids)
+                order.append(name)
+            time.sleep(0.05)
+            with lock:
+                for i in ids:
+                    held.remove(i)
+
+    threads = [threading.Thread(target=read, args=(f"r{n}", 1 + n % 3)) for n in range(12)]
+    for t in threads:
+        t.start()
+        time.sleep(0.005)  # asked in this order
+    for t in threads:
+        t.join()
+    assert clashes == []
+    assert order == [f"r{n}" for n in range(12)]
+    with ctx.readers(1) as ids:  # the stream's id is never lent
+        assert ctx.cfg.server_ids.pick(0) not in ids
+
+
+def test_planning_stores_small_tables_together_and_hands_each_over_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from binlake.capture import plan as planning
+    from binlake.lake import split_state
+    from binlake.splits import Split
+
+    stored: list[list[str]] = []
+    monkeypatch.setattr(split_state, "add_planned", lambda spark, path, splits: stored.append([s.id for s in splits]))
+    monkeypatch.setattr(planning, "PLAN_BATCH", 4)
+    monkeypatch.setattr(planning, "PLAN_FLUSH_SECONDS", 3600.0)
+    handed: list[tuple[str, list[int] | None]] = []
+
+    class Ctx:
+        target = Context(load(None, [])).target
+
+        def session(self) -> None:
+            return None
+
+    batches = planning._Batches(Ctx(), lambda table, whole: handed.append(
+        (table, None if whole is None else [s.index for s in whole])))  # type: ignore[arg-type]
+    for index in range(2):  # a small table, planned whole
+        batches.add(Split("d.a", 1, index, None if index == 0 else ("5",), ("5",) if index == 0 else None, 2))
+    batches.table_done("d.a", whole=True)
+    batches.add(Split("d.b", 2, 7, ("9",), None, 2))  # the rest of a table a crash cut short
+    batches.table_done("d.b", whole=False)
+    assert stored == [] and handed == []  # three splits: under PLAN_BATCH, not stored yet
+    batches.add(Split("d.c", 3, 0, None, ("3",), 2))
+    batches.add(Split("d.c", 3, 1, ("3",), ("6",), 2))
+    # planning cuts a big table's batch at a group boundary and hands over all but that table
+    batches.hand_over(batches.store(), read=False)
+    assert stored == [["d.a#0", "d.a#1", "d.b#7", "d.c#0", "d.c#1"]]
+    assert handed == [("d.a", [0, 1]), ("d.b", None)]
+    batches.add(Split("d.c", 3, 2, ("6",), None, 2))
+    batches.table_done("d.c", whole=True)  # planned from 0, but not within one batch: not whole
+    batches.flush()
+    assert stored[-1] == ["d.c#2"] and handed[-1] == ("d.c", None)

@@ -41,6 +41,8 @@ class Context:
     new_seen: set[str] = field(init=False, default_factory=set)  # new tables met that were gone again
     _lineage: Lineage | None = field(init=False, default=None)
     _readers: _Readers | None = field(init=False, default=None)
+    # bronze tables this process created with their snapshot's rows, which hold no binlog change yet
+    _changeless: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -157,6 +159,16 @@ class Context:
             self._readers = _Readers([ids.pick(1 + i) for i in range(min(self.tables_at_once, len(ids) - 1))])
         with self._readers.lease(min(count, self.cfg.parallelism)) as leased:
             yield leased
+
+    def created_bronze(self, name: str) -> None:
+        """`name`'s bronze was created by its snapshot read in this process: no binlog change in it."""
+        self._changeless.add(name)
+
+    def take_changeless(self) -> set[str]:
+        """The bronze tables created here that hold no binlog change, for the first stream query to
+        take (and only it: once it has appended, they hold changes)."""
+        taken, self._changeless = self._changeless, set()
+        return taken
 
     @property
     def tables_at_once(self) -> int:

@@ -39,8 +39,9 @@ class MicroBatch:
         self.policy = ctx.cfg.get("stream.schema-changes")
         self.app = app  # the stream's id (binlake.lake.checkpoint.stream_id)
         self.gtids = gtids
-        # per table: the newest binlog change bronze held before this run appended any (see silver.apply)
-        self.held: dict[str, Any] = {}
+        # per table: the newest binlog change bronze held before this run appended any (see silver.apply);
+        # none in a bronze this process's snapshot created
+        self.held: dict[str, Any] = dict.fromkeys(ctx.take_changeless())
 
     def __call__(self, whole: Any, batch_id: int) -> None:
         if stop.asked():

@@ -25,7 +25,7 @@ from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
 from binlake.config import Config
 from binlake.errors import RuntimeFailure
-from binlake.lake import bronze, silver, split_state
+from binlake.lake import bronze, silver, split_state, storage
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.connection import connect
@@ -160,6 +160,7 @@ class Reading:
             self.running.append(self.pool.submit(self.whole, self.ctx.schemas()[table], whole))
 
     def whole(self, schema: TableSchema, splits: list[Split]) -> None:
+        created = not storage.table_exists(self.ctx.session(), self.ctx.target.bronze(schema.name).location)
         by_group: dict[int, list[Split]] = {}
         for s in splits:
             by_group.setdefault(s.group, []).append(s)
@@ -170,6 +171,9 @@ class Reading:
                 apply_to_silver(self.ctx, schema, landed, record=False)
                 self.applied([s.applied() for s in landed])
                 landed = []
+        if created:
+            with self.lock:
+                self.ctx.created_bronze(schema.name)
 
     def applied(self, splits: list[Split]) -> None:
         with self.lock:

@@ -21,8 +21,8 @@ from binlake.source.connection import connect
 
 
 def verify(cfg: Config) -> dict[str, Any]:
+    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
-
 
     ctx = Context(cfg)
     spark = ctx.session()
@@ -34,6 +34,10 @@ def verify(cfg: Config) -> dict[str, Any]:
         report["tables"].append(entry)
         if not splits:
             entry["error"] = "not planned yet: run binlake run"
+            report["ok"] = False
+            continue
+        if not DeltaTable.isDeltaTable(spark, ctx.target.silver(name).location):  # read only: no clearing
+            entry["error"] = "not read yet (its silver table is created by its snapshot): run binlake run"
             report["ok"] = False
             continue
         job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
