@@ -26,8 +26,8 @@ def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, data
     read_group = snapshot_step.read_group
     groups: dict[str, int] = {}
 
-    def then_change(ctx: Any, schema: Any, splits: Any, ids: Any) -> Any:
-        landed = read_group(ctx, schema, splits, ids)
+    def then_change(ctx: Any, schema: Any, splits: Any, *rest: Any) -> Any:
+        landed = read_group(ctx, schema, splits, *rest)
         groups[schema.table] = groups.get(schema.table, 0) + 1
         if groups[schema.table] == 1 and schema.table == "a":  # the next chunks' SELECTs lack w
             execute(dev_db, database, "ALTER TABLE a ADD COLUMN w INT DEFAULT 3", "UPDATE a SET w = 9 WHERE id > 40")
