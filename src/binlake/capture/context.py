@@ -43,6 +43,7 @@ class Context:
     _readers: _Readers | None = field(init=False, default=None)
     # bronze tables this process created with their snapshot's rows, which hold no binlog change yet
     _changeless: set[str] = field(init=False, default_factory=set)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)  # for tables read at once
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -133,8 +134,9 @@ class Context:
     def note_files(self, files: list[str]) -> None:
         """Record the creation time of binlog files stored positions now lie in (see `lineage`)."""
         lineage = self.lineage()
-        if lineage.note(self.cfg.connection(), files):
-            lineage.save(self.target.source_lineage)
+        with self._lock:
+            if lineage.note(self.cfg.connection(), files):
+                lineage.save(self.target.source_lineage)
 
     def reader_ids(self) -> list[int]:
         ids = self.cfg.server_ids
@@ -153,10 +155,11 @@ class Context:
         other read's until the block ends: two binlog connections under one server id end each
         other. Several tables are read at once (`tables_at_once`), so the ids of `source.server-id`
         past the stream's, up to two per reading slot, are shared out in turn."""
-        if self._readers is None:
-            ids = self.cfg.server_ids
-            self.reader_ids()  # refuses a range too short
-            self._readers = _Readers([ids.pick(1 + i) for i in range(min(self.tables_at_once, len(ids) - 1))])
+        with self._lock:
+            if self._readers is None:
+                ids = self.cfg.server_ids
+                self.reader_ids()  # refuses a range too short
+                self._readers = _Readers([ids.pick(1 + i) for i in range(min(self.tables_at_once, len(ids) - 1))])
         with self._readers.lease(min(count, self.cfg.parallelism)) as leased:
             yield leased
 

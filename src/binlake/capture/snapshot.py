@@ -84,7 +84,8 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
     names = [t for t in (tables or list(schemas)) if t in schemas]
     unfinished, counts = split_state.groups(spark, ctx.target.split_state, "done" if apply_silver else "landed", names)
     progress = Progress({t: n for t, (n, _) in counts.items()}, {t: d for t, (_, d) in counts.items()})
-    work = [(schemas[t], [g for g in gs if groups is None or g in groups]) for t, gs in unfinished.items()]
+    chosen = {t: [g for g in gs if groups is None or g in groups] for t, gs in unfinished.items()}
+    work = [(schemas[t], gs) for t, gs in chosen.items() if gs]
     at_once = min(len(work), ctx.tables_at_once)
     if at_once < 2:
         for schema, chosen in work:
