@@ -132,7 +132,7 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
         return
     if not storage.table_exists(spark, silver):  # created with the snapshot's first rows: one commit
         faults.point("mid_merge", schema.name)
-        rows.select(*[F.col(f.name) for f in struct(schema).fields]).write.format("delta") \
+        rows.select(*[F.col(sql_name(f.name)) for f in struct(schema).fields]).write.format("delta") \
             .options(**PROPERTIES).save(silver)
         return
     cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
