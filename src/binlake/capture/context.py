@@ -138,7 +138,8 @@ class Context:
             if lineage.note(self.cfg.connection(), files):
                 lineage.save(self.target.source_lineage)
 
-    def reader_ids(self) -> list[int]:
+    def reader_ids(self, most: int | None = None) -> list[int]:
+        """The server ids past the stream's, up to `most` of them (default `snapshot.parallelism`)."""
         ids = self.cfg.server_ids
         n = self.cfg.parallelism
         if len(ids) < 2:
@@ -147,7 +148,7 @@ class Context:
                 f"chunk reader ({n + 1} for snapshot.parallelism {n}): set source.server-id to a range like "
                 f"{ids.first}-{ids.first + n}"
             )
-        return [ids.pick(1 + i) for i in range(min(n, len(ids) - 1))]
+        return [ids.pick(1 + i) for i in range(min(most or n, len(ids) - 1))]
 
     @contextmanager
     def readers(self, count: int) -> Iterator[list[int]]:
@@ -157,9 +158,7 @@ class Context:
         past the stream's, up to two per reading slot, are shared out in turn."""
         with self._lock:
             if self._readers is None:
-                ids = self.cfg.server_ids
-                self.reader_ids()  # refuses a range too short
-                self._readers = _Readers([ids.pick(1 + i) for i in range(min(self.tables_at_once, len(ids) - 1))])
+                self._readers = _Readers(self.reader_ids(self.tables_at_once))
         with self._readers.lease(min(count, self.cfg.parallelism)) as leased:
             yield leased
 

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
 
@@ -110,10 +111,7 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
         recovered = landed_in_bronze(ctx, schema, pending)
         landed += recovered
         recovered_ids = {s.index for s in recovered}
-        by_group: dict[int, list[Split]] = {}
-        for s in pending:
-            if s.index not in recovered_ids:
-                by_group.setdefault(s.group, []).append(s)
+        by_group = in_groups(s for s in pending if s.index not in recovered_ids)
         for group in sorted(by_group):
             landed += read_any(ctx, schema, by_group[group], progress)
             if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
@@ -121,6 +119,14 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
                 landed = []
     if apply_silver:
         apply_to_silver(ctx, schema, landed)
+
+
+def in_groups(splits: Iterable[Split]) -> dict[int, list[Split]]:
+    """Splits by group id, each group's in the order given."""
+    by_group: dict[int, list[Split]] = {}
+    for s in splits:
+        by_group.setdefault(s.group, []).append(s)
+    return by_group
 
 
 def read_any(ctx: Context, schema: TableSchema, todo: list[Split], progress: Progress,
@@ -162,9 +168,7 @@ class Reading:
 
     def whole(self, schema: TableSchema, splits: list[Split]) -> None:
         created = not storage.table_exists(self.ctx.session(), self.ctx.target.bronze(schema.name).location)
-        by_group: dict[int, list[Split]] = {}
-        for s in splits:
-            by_group.setdefault(s.group, []).append(s)
+        by_group = in_groups(splits)
         landed: list[Split] = []
         for group in sorted(by_group):
             landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False)
@@ -223,9 +227,7 @@ def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], progress: 
         split_state.add_recut(ctx.session(), ctx.target.split_state, pieces)
         log.info("%s: the open last chunk %d holds more than %d rows; cut into chunks %d..%d",
                  schema.name, pieces[0].index, ctx.cfg.chunk_size, pieces[0].index, pieces[-1].index)
-        by_group: dict[int, list[Split]] = {}
-        for s in todo[:-1] + pieces:
-            by_group.setdefault(s.group, []).append(s)
+        by_group = in_groups(todo[:-1] + pieces)
         later += [by_group[g] for g in sorted(by_group)[:-1]]
         todo = by_group[max(by_group)]
         if small:
