@@ -3,6 +3,9 @@
 Precedence, lowest first: built-in defaults, the YAML file, `BINLAKE_<SECTION>_<KEY>` environment
 variables (dashes become underscores: `BINLAKE_SNAPSHOT_CHUNK_SIZE`), then `--set section.key=value`
 flags. Unknown keys are refused with the closest valid key suggested. Secrets are never printed.
+
+Every setting has a declared type and a value is read by it, as written: `--set source.username=no`
+is the user 'no', and a port that is no number is refused in one line (binlake.config_values).
 """
 
 from __future__ import annotations
@@ -12,52 +15,29 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
+from binlake.config_values import (
+    CHUNK_KEYS,
+    OPTIONAL_TEXT,
+    OPTIONAL_WHOLE,
+    TEXT,
+    TEXT_LIST,
+    WHOLE,
+    Kind,
+    Loader,
+    choice,
+    typed,
+    written,
+)
 from binlake.errors import ConfigError
 from binlake.source.tls import MODES as TLS_MODES
 from binlake.source.tls import Tls
 
 SECRET_KEYS = frozenset({"source.password"})
 MASK = "******"
-
-
-def _str(v: Any) -> str:
-    return str(v)
-
-
-def _int(v: Any) -> int:
-    if isinstance(v, bool):
-        raise ValueError("a whole number")
-    return int(v)
-
-
-def _str_list(v: Any) -> list[str]:
-    if isinstance(v, str):
-        return [p.strip() for p in v.split(",") if p.strip()]
-    if isinstance(v, list) and all(isinstance(x, str) for x in v):
-        return list(v)
-    raise ValueError("a list of strings")
-
-
-def _chunk_keys(v: Any) -> dict[str, list[str]]:
-    if not isinstance(v, dict):
-        raise ValueError("a mapping of 'db.table' to a list of columns")
-    return {str(k): _str_list(cols) for k, cols in v.items()}
-
-
-def _opt_str(v: Any) -> str | None:
-    return None if v is None else str(v)
-
-
-def _choice(*allowed: str) -> Callable[[Any], str]:
-    def parse(v: Any) -> str:
-        if str(v) not in allowed:
-            raise ValueError(" or ".join(repr(a) for a in allowed))
-        return str(v)
-    return parse
 
 
 ON_PURGED = ("fail", "resnapshot")
@@ -67,39 +47,35 @@ SCHEMA_CHANGES = ("evolve", "lenient", "ignore", "fail")
 STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
 
 
-def _opt_int(v: Any) -> int | None:
-    return None if v is None else _int(v)
-
-
-# section -> key -> (parser, default, description)
-SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
+# section -> key -> (declared type, default, description); see binlake.config_values
+SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
     "source": {
-        "hostname": (_str, "127.0.0.1", "MySQL/MariaDB host"),
-        "port": (_int, 3306, "MySQL/MariaDB port"),
-        "username": (_str, "root", "user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT"),
-        "password": (_str, "", "password; use ${BINLAKE_SOURCE_PASSWORD}"),
-        "tables": (_str_list, [], "regexes over db.table"),
-        "server-id": (_str, "5400-5404", "replica server ids, one per concurrent binlog reader"),
-        "chunk-key": (_chunk_keys, {}, "db.table -> chunk key columns (tables without a primary key)"),
-        "connect-timeout": (_int, 10, "seconds"),
-        "read-timeout": (_int, 60, "seconds a read from the source may wait for data before it fails: a "
+        "hostname": (TEXT, "127.0.0.1", "MySQL/MariaDB host"),
+        "port": (WHOLE, 3306, "MySQL/MariaDB port"),
+        "username": (TEXT, "root", "user with SELECT, REPLICATION SLAVE, REPLICATION CLIENT"),
+        "password": (TEXT, "", "password; use ${BINLAKE_SOURCE_PASSWORD}"),
+        "tables": (TEXT_LIST, [], "regexes over db.table"),
+        "server-id": (TEXT, "5400-5404", "replica server ids, one per concurrent binlog reader"),
+        "chunk-key": (CHUNK_KEYS, {}, "db.table -> chunk key columns (tables without a primary key)"),
+        "connect-timeout": (WHOLE, 10, "seconds"),
+        "read-timeout": (WHOLE, 60, "seconds a read from the source may wait for data before it fails: a "
                          "half-open connection, or a binlog position the server reported written but does not "
                          "serve (not yet synced)"),
-        "tls.mode": (_choice(*TLS_MODES), "preferred",
+        "tls.mode": (choice(*TLS_MODES), "preferred",
                      "`disabled`, `preferred` (TLS when the server offers it), `required` (TLS, certificate not "
                      "verified), `verify-ca` (signed by `tls.ca`), `verify-identity` (and naming the host)"),
-        "tls.ca": (_opt_str, None, "CA certificate (PEM file, or the PEM text) the verify modes check the server "
+        "tls.ca": (OPTIONAL_TEXT, None, "CA certificate (PEM file, or the PEM text) the verify modes check the server "
                    "against; unset: the system's CAs"),
-        "tls.cert": (_opt_str, None, "client certificate (PEM file), for an account that requires one"),
-        "tls.key": (_opt_str, None, "the client certificate's private key (PEM file)"),
-        "reconnect-timeout": (_int, 300, "seconds the stream keeps reconnecting to a lost source "
+        "tls.cert": (OPTIONAL_TEXT, None, "client certificate (PEM file), for an account that requires one"),
+        "tls.key": (OPTIONAL_TEXT, None, "the client certificate's private key (PEM file)"),
+        "reconnect-timeout": (WHOLE, 300, "seconds the stream keeps reconnecting to a lost source "
                               "(backoff 0.5 s doubling to 10 s) before it fails; `0` fails at once"),
     },
     "target": {
-        "path": (_str, "./lake", "local warehouse root"),
-        "catalog": (_opt_str, None, "Unity Catalog catalog (Databricks)"),
-        "schema": (_opt_str, None, "Unity Catalog schema (Databricks)"),
-        "type-changes": (_choice(*TYPE_CHANGES), "rewrite",
+        "path": (TEXT, "./lake", "local warehouse root"),
+        "catalog": (OPTIONAL_TEXT, None, "Unity Catalog catalog (Databricks)"),
+        "schema": (OPTIONAL_TEXT, None, "Unity Catalog schema (Databricks)"),
+        "type-changes": (choice(*TYPE_CHANGES), "rewrite",
                          "a captured column's type widens (INT to BIGINT, FLOAT to DOUBLE, a wider DECIMAL): "
                          "`rewrite` the table's files at the new type, so every common Delta reader still reads "
                          "it (a rewrite of the whole table, bronze and silver, at each such change), or `widen` "
@@ -107,35 +83,35 @@ SCHEMA: dict[str, dict[str, tuple[Callable[[Any], Any], Any, str]]] = {
                          "read the table afterwards)"),
     },
     "snapshot": {
-        "chunk-size": (_int, 8096, "rows per chunk"),
-        "parallelism": (_int, 2, "chunks read at once (tables read, and a micro-batch's tables written, at once: twice this)"),
-        "group-size": (_int, 16, "chunks committed to bronze together (the resume grain)"),
+        "chunk-size": (WHOLE, 8096, "rows per chunk"),
+        "parallelism": (WHOLE, 2, "chunks read at once (tables read, and a micro-batch's tables written, at once: twice this)"),
+        "group-size": (WHOLE, 16, "chunks committed to bronze together (the resume grain)"),
     },
     "stream": {
-        "trigger-seconds": (_int, 1, "micro-batch interval"),
-        "startup-mode": (_choice(*STARTUP_MODES), "initial",
+        "trigger-seconds": (WHOLE, 1, "micro-batch interval"),
+        "startup-mode": (choice(*STARTUP_MODES), "initial",
                          "`initial` (snapshot, then stream), `snapshot` (snapshot only), or stream without a "
                          "snapshot from `latest`, `earliest`, `specific` (a position) or `timestamp`"),
-        "startup-position": (_opt_str, None, "`file:position`, a MySQL GTID set or a MariaDB GTID position where startup mode "
+        "startup-position": (OPTIONAL_TEXT, None, "`file:position`, a MySQL GTID set or a MariaDB GTID position where startup mode "
                              "`specific` starts"),
-        "startup-timestamp": (_opt_int, None, "Unix seconds from which startup mode `timestamp` streams"),
-        "schema-changes": (_choice(*SCHEMA_CHANGES), "evolve",
+        "startup-timestamp": (OPTIONAL_WHOLE, None, "Unix seconds from which startup mode `timestamp` streams"),
+        "schema-changes": (choice(*SCHEMA_CHANGES), "evolve",
                            "a captured table's columns change: `evolve` (silver adds, drops, renames, widens "
                            "them), `lenient` (silver only adds: dropped columns stay, renamed ones come in under the "
                            "new name too), `ignore` (silver keeps its columns), or `fail` (stop with the change)"),
-        "on-purged": (_choice(*ON_PURGED), "fail",
+        "on-purged": (choice(*ON_PURGED), "fail",
                       "the stored binlog position's file was purged from the server: `fail` (exit code 1, "
                       "naming the file), or `resnapshot` the captured tables"),
-        "on-source-change": (_choice(*ON_SOURCE_CHANGE), "fail",
+        "on-source-change": (choice(*ON_SOURCE_CHANGE), "fail",
                              "the server at source.hostname no longer holds the binlog history of the stored "
                              "position (another server, a new data directory, a restore from an older backup): "
                              "`fail` (exit code 1, saying what was stored and what the server has), or "
                              "`resnapshot` the captured tables"),
     },
     "databricks": {
-        "secret-scope": (_opt_str, None, "secret scope holding the source password"),
-        "secret-key": (_opt_str, None, "secret key of the source password"),
-        "tls-ca-secret-key": (_opt_str, None, "secret key, in the same scope, holding the PEM text of the CA "
+        "secret-scope": (OPTIONAL_TEXT, None, "secret scope holding the source password"),
+        "secret-key": (OPTIONAL_TEXT, None, "secret key of the source password"),
+        "tls-ca-secret-key": (OPTIONAL_TEXT, None, "secret key, in the same scope, holding the PEM text of the CA "
                               "that `source.tls.ca` names (instead of a file)"),
     },
 }
@@ -245,7 +221,7 @@ def _interpolate(value: Any, where: str, env: dict[str, str]) -> Any:
     if isinstance(value, list):
         return [_interpolate(v, where, env) for v in value]
     if isinstance(value, dict):
-        return {k: _interpolate(v, f"{where}.{k}", env) for k, v in value.items()}
+        return {k: _interpolate(v, f"{where}.{written(k)}", env) for k, v in value.items()}
     return value
 
 
@@ -258,28 +234,52 @@ def _all_keys() -> list[str]:
     return [f"{s}.{k}" for s, keys in SCHEMA.items() for k in keys]
 
 
-def _set(values: dict[str, dict[str, Any]], dotted: str, raw: Any, origin: str) -> None:
+def _set(values: dict[str, dict[str, Any]], dotted: str, raw: Any, origin: str, as_text: bool = False) -> None:
+    """Set `dotted` from `raw`: text (an environment variable, `--set`) when `as_text`, else a value
+    from the YAML file (see binlake.config_values)."""
     if "." not in dotted:
         if dotted in SCHEMA and isinstance(raw, dict):
             for k, v in raw.items():
-                _set(values, f"{dotted}.{k}", v, origin)
+                _set(values, f"{dotted}.{written(k)}", v, origin)
             return
         raise ConfigError(f"unknown configuration key '{dotted}' in {origin}{_suggest(dotted, _all_keys())}")
     section, key = dotted.split(".", 1)
     if section in SCHEMA and isinstance(raw, dict) and any(k.startswith(f"{key}.") for k in SCHEMA[section]):
         for k, v in raw.items():  # a nested group such as source.tls
-            _set(values, f"{dotted}.{k}", v, origin)
+            _set(values, f"{dotted}.{written(k)}", v, origin)
         return
     if section not in SCHEMA or key not in SCHEMA[section]:
         raise ConfigError(f"unknown configuration key '{dotted}' in {origin}{_suggest(dotted, _all_keys())}")
-    parser, _default, description = SCHEMA[section][key]
+    kind, _default, _description = SCHEMA[section][key]
     try:
-        values[section][key] = parser(raw)
-    except (TypeError, ValueError) as exc:
-        shown = MASK if dotted in SECRET_KEYS else repr(raw)
-        raise ConfigError(
-            f"{dotted} is {shown} in {origin}; binlake needs {exc or description}: fix {dotted}"
-        ) from None
+        values[section][key] = kind.from_text(raw) if as_text else kind.from_file(raw)
+    except ValueError as exc:
+        shown = MASK if dotted in SECRET_KEYS else repr(raw if as_text else typed(raw))
+        raise ConfigError(f"{dotted} is {shown} in {origin}; binlake needs {exc}: fix {dotted}") from None
+
+
+def _read_file(p: Path, values: dict[str, dict[str, Any]], env: dict[str, str]) -> None:
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; binlake needs a YAML file: pass -c FILE")
+    try:
+        doc = yaml.load(p.read_text(), Loader=Loader) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {p} is not valid YAML{line}; fix the syntax") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {p} holds a {type(typed(doc)).__name__}; binlake needs a mapping of sections")
+    for section, body in doc.items():
+        section = written(section)
+        if section not in SCHEMA:
+            raise ConfigError(
+                f"unknown configuration section '{section}' in {p}{_suggest(str(section), list(SCHEMA))}"
+            )
+        if not isinstance(body, dict):
+            raise ConfigError(f"section '{section}' in {p} is not a mapping; write 'key: value' lines under it")
+        for key, raw in body.items():
+            dotted = f"{section}.{written(key)}"
+            _set(values, dotted, _interpolate(raw, dotted, env), str(p))
 
 
 def load(
@@ -292,39 +292,18 @@ def load(
     values: dict[str, dict[str, Any]] = {s: {k: d for k, (_, d, _) in keys.items()} for s, keys in SCHEMA.items()}
     origin = "<defaults>"
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {p} does not exist; binlake needs a YAML file: pass -c FILE")
-        try:
-            doc = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            line = f" at line {mark.line + 1}" if mark else ""
-            raise ConfigError(f"config file {p} is not valid YAML{line}; fix the syntax") from None
-        if not isinstance(doc, dict):
-            raise ConfigError(f"config file {p} holds a {type(doc).__name__}; binlake needs a mapping of sections")
-        origin = str(p)
-        for section, body in doc.items():
-            if section not in SCHEMA:
-                raise ConfigError(
-                    f"unknown configuration section '{section}' in {origin}{_suggest(str(section), list(SCHEMA))}"
-                )
-            if not isinstance(body, dict):
-                raise ConfigError(f"section '{section}' in {origin} is not a mapping; write 'key: value' lines under it")
-            for key, raw in body.items():
-                _set(values, f"{section}.{key}", _interpolate(raw, f"{section}.{key}", env), origin)
+        _read_file(Path(path), values, env)
+        origin = str(Path(path))
     for section, keys in SCHEMA.items():
         for key in keys:
             name = f"BINLAKE_{section}_{key}".upper().replace("-", "_").replace(".", "_")
             if name in env:
-                _set(values, f"{section}.{key}", yaml.safe_load(env[name]) if key != "password" else env[name],
-                     f"environment variable {name}")
+                _set(values, f"{section}.{key}", env[name], f"environment variable {name}", as_text=True)
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r} has no '='; binlake needs --set section.key=value")
         dotted, raw = item.split("=", 1)
-        parsed = raw if dotted.strip() in SECRET_KEYS else yaml.safe_load(raw)
-        _set(values, dotted.strip(), parsed, "--set")
+        _set(values, dotted.strip(), raw, "--set", as_text=True)
     cfg = Config(values, origin)
     cfg.server_ids  # validate early
     for pattern in cfg.tables:

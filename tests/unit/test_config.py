@@ -138,7 +138,9 @@ def test_unknown_section_is_refused_with_the_closest(tmp_path: Path) -> None:
     [
         ("source:\n  port: abc\n", r"source\.port is 'abc' in .*; binlake needs .*: fix source\.port"),
         ("source:\n  port: true\n", r"source\.port is True .*a whole number"),
-        ("source:\n  tables: 5\n", r"source\.tables is 5 .*a list of strings"),
+        ("source:\n  tables: {a: b}\n", r"source\.tables is \{'a': 'b'\} .*a list of strings"),
+        ("source:\n  port: 3.5\n", r"source\.port is 3\.5 .*a whole number"),
+        ("source:\n  hostname: [a, b]\n", r"source\.hostname is \['a', 'b'\] .*binlake needs text"),
         ("source:\n  tables: ['shop\\.(']\n", r"source\.tables pattern 'shop\\\\.\(' is not a valid regex"),
         ("source:\n  server-id: 5404-5400\n", r"source\.server-id is '5404-5400'; binlake needs 1 <= first"),
         ("source:\n  server-id: five\n", r"source\.server-id is 'five'; binlake needs a number or a range"),
@@ -152,6 +154,91 @@ def test_unknown_section_is_refused_with_the_closest(tmp_path: Path) -> None:
 def test_bad_values_are_refused(tmp_path: Path, text: str, pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):
         config.load(write(tmp_path, text), env={})
+
+
+def test_text_settings_keep_the_text_given() -> None:
+    # YAML would read these as False, None, 31, True and a date: a text setting takes them as typed
+    cfg = config.load(None, ["source.username=no", "source.hostname=null", "target.catalog=yes",
+                             "stream.startup-position=2024-01-01"],
+                      env={"BINLAKE_DATABRICKS_SECRET_KEY": "0x1F", "BINLAKE_TARGET_PATH": "on",
+                           "BINLAKE_TARGET_SCHEMA": "007", "BINLAKE_SOURCE_TABLES": "no,1"})
+    assert cfg.get("source.username") == "no"
+    assert cfg.get("source.hostname") == "null"
+    assert cfg.get("target.catalog") == "yes"
+    assert cfg.get("stream.startup-position") == "2024-01-01"
+    assert cfg.get("target.schema") == "007"
+    assert cfg.get("databricks.secret-key") == "0x1F"
+    assert cfg.get("target.path") == "on"
+    assert cfg.tables == ["no", "1"]
+    assert config.load(None, env={"BINLAKE_SOURCE_HOSTNAME": "0x1F"}).get("source.hostname") == "0x1F"
+    assert config.load(None, ["source.hostname= db "], env={}).get("source.hostname") == " db "
+
+
+def test_text_settings_in_the_file_keep_the_scalar_as_written(tmp_path: Path) -> None:
+    path = write(tmp_path, "source:\n  username: no\n  hostname: null\n  password: 0123\n  server-id: 5400\n"
+                           "  tables: [yes, 1, 'a\\.b']\n  chunk-key: {shop.log: [on, seq]}\n"
+                           "  tls:\n    ca: ~\n    mode: required\ntarget:\n  catalog:\n  schema: 007\n")
+    cfg = config.load(path, env={})
+    assert cfg.get("source.username") == "no"
+    assert cfg.get("source.hostname") == "null"
+    assert cfg.get("source.password") == "0123"
+    assert cfg.get("source.server-id") == "5400"
+    assert cfg.tables == ["yes", "1", r"a\.b"]
+    assert cfg.get("source.chunk-key") == {"shop.log": ["on", "seq"]}
+    # YAML's null keeps its meaning where a setting may be unset
+    assert cfg.get("source.tls.ca") is None and cfg.get("target.catalog") is None
+    assert cfg.get("target.schema") == "007"
+    assert config.load(write(tmp_path, "source:\n  password:\n"), env={}).get("source.password") == ""
+
+
+def test_numbers_in_the_file_keep_their_yaml_reading(tmp_path: Path) -> None:
+    cfg = config.load(write(tmp_path, "source:\n  port: 3307\n  connect-timeout: '5'\n"
+                                      "stream:\n  startup-timestamp: ~\n"), env={})
+    assert (cfg.get("source.port"), cfg.get("source.connect-timeout")) == (3307, 5)
+    assert cfg.get("stream.startup-timestamp") is None
+
+
+def test_numbers_given_as_text_are_read_as_numbers() -> None:
+    cfg = config.load(None, ["source.port=3307", "stream.startup-timestamp=1700000000", "snapshot.chunk-size= 64 "],
+                      env={"BINLAKE_SOURCE_READ_TIMEOUT": "+30"})
+    assert (cfg.get("source.port"), cfg.get("source.read-timeout")) == (3307, 30)
+    assert cfg.get("stream.startup-timestamp") == 1_700_000_000 and cfg.chunk_size == 64
+    # an empty text leaves an optional setting unset
+    assert config.load(None, ["stream.startup-timestamp=", "target.catalog="], env={}).get("target.catalog") is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "env", "message"),
+    [
+        (["source.port=0x1F"], {}, "source.port is '0x1F' in --set; binlake needs a whole number in decimal "
+                                   "digits: fix source.port"),
+        ([], {"BINLAKE_SNAPSHOT_CHUNK_SIZE": "1e3"}, "snapshot.chunk-size is '1e3' in environment variable "
+                                                     "BINLAKE_SNAPSHOT_CHUNK_SIZE; binlake needs a whole number"),
+        (["source.port=true"], {}, "source.port is 'true' in --set; binlake needs a whole number"),
+        (["stream.startup-timestamp=null"], {}, "stream.startup-timestamp is 'null' in --set; binlake needs a whole "
+                                                "number in decimal digits, or nothing: fix stream.startup-timestamp"),
+        (["source.chunk-key={a: [b"], {}, "source.chunk-key is '{a: [b' in --set; binlake needs a mapping"),
+        (["stream.on-purged=no"], {}, "stream.on-purged is 'no' in --set; binlake needs 'fail' or 'resnapshot'"),
+    ],
+)
+def test_a_bad_value_given_as_text_gets_one_line(overrides: list[str], env: dict[str, str], message: str,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        config.load(None, overrides, env=env)
+    assert message in err.value.message
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(["config", "show", *[a for o in overrides for a in ("--set", o)]]) == 2
+    out, stderr = capsys.readouterr()
+    assert stderr == f"binlake: {err.value.message}\n" and out == ""
+    assert "invalid literal" not in stderr and "Traceback" not in stderr
+
+
+def test_structured_settings_given_as_text() -> None:
+    cfg = config.load(None, ["source.chunk-key={shop.log: [ts, no]}", r"source.tables=['a\.b', no]"], env={})
+    assert cfg.get("source.chunk-key") == {"shop.log": ["ts", "no"]}
+    assert cfg.tables == [r"a\.b", "no"]
 
 
 def test_bad_set_flag() -> None:

@@ -211,8 +211,8 @@ def load_with_secret(
             f"source password: {fix}"
         )
     found: list[str] = []
-    if ca_key:  # PEM text spans lines: a JSON string is a YAML scalar that keeps them
-        found.append(f"source.tls.ca={json.dumps(_read_secret(dbutils(), str(scope), str(ca_key)))}")
+    if ca_key:  # PEM text, its lines kept: a text setting takes the text as given
+        found.append(f"source.tls.ca={_read_secret(dbutils(), str(scope), str(ca_key))}")
     if scope and key:
         found.append(f"source.password={_read_secret(dbutils(), str(scope), str(key))}")
     return config_mod.load(None, [*overrides, *found]) if found else cfg
@@ -225,9 +225,9 @@ def overrides_from(ns: argparse.Namespace) -> list[str]:
     for key, _help in PARAMETERS.values():
         value = given.get(key)
         if value is not None:
-            # A JSON string is a double-quoted YAML scalar, so the value reaches the parser exactly as
-            # given: a regex like shop\.orders keeps its backslash and a host named 'null' stays a name.
-            out.append(f"{key}={json.dumps(value, ensure_ascii=False)}")
+            # text, read by the setting's type: a regex like shop\.orders keeps its backslash and a host
+            # named 'null' stays a name
+            out.append(f"{key}={value}")
     out.extend(given.get("set") or [])
     return out
 

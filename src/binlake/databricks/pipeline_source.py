@@ -23,7 +23,6 @@ never part of the configuration.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -41,8 +40,6 @@ CONF_PREFIX = "binlake."
 SCD_TYPE_KEY = "binlake.silver.scd-type"
 PIPELINE_ONLY_KEYS = frozenset({SCD_TYPE_KEY})  # pipeline settings that are no binlake.config key
 BINLOG_TABLE = "binlake_changes"
-# config keys whose value is YAML (a mapping); every other value is taken as the text it is
-_STRUCTURED_KEYS = frozenset({"source.chunk-key"})
 # bronze metadata that silver does not keep; silver keeps what binlake.lake.silver keeps locally
 EXCEPT_COLUMNS = [f.name for f in bronze.META_FIELDS if f.name not in {s.name for s in silver.SILVER_META}]
 
@@ -62,8 +59,8 @@ def conf_overrides(conf_get: Callable[[str], str | None]) -> list[str]:
             value = conf_get(CONF_PREFIX + dotted)
             if value is None or dotted in config_mod.SECRET_KEYS:
                 continue
-            # JSON text is a double-quoted YAML scalar, so a regex or a host named 'null' stays as typed
-            out.append(f"{dotted}={value if dotted in _STRUCTURED_KEYS else json.dumps(value)}")
+            # a value given as text is read by its setting's type: a host named 'null' stays a name
+            out.append(f"{dotted}={value}")
     return out
 
 
