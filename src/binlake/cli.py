@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from binlake import __version__, stop
 from binlake import config as config_mod
-from binlake import stop
 from binlake.capture.context import Context
 from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="binlake",
         description="Lock-free MySQL/MariaDB change data capture into Delta Lake on Apache Spark.",
     )
+    parser.add_argument("--version", action="version", version=f"binlake {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log each step")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -147,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                 config: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.set_defaults(func=func)
+        # after the command too (`binlake run -v`); SUPPRESS keeps a -v given before it
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log each step")
         if config:
             p.add_argument("-c", "--config", default=None, help="YAML configuration file")
             p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
