@@ -17,6 +17,7 @@ from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
 from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
+from binlake.source import binlog_types
 from binlake.source.validation import check_server_ids, inspect
 
 log = logging.getLogger("binlake")
@@ -81,6 +82,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from binlake.capture.plan import plan
     from binlake.capture.snapshot import snapshot
 
+    binlog_types.check_version()  # the commands that read the binlog refuse another release at once
     stop.install()
     cfg = _load(args)
     plan(cfg)
@@ -91,6 +93,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_stream(args: argparse.Namespace) -> int:
     from binlake.capture.stream import stream
 
+    binlog_types.check_version()
     stop.install()
     stream(_load(args), until_caught_up=args.until_caught_up)
     return 0
@@ -99,6 +102,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from binlake.capture.run import run
 
+    binlog_types.check_version()
     stop.install()
     run(_load(args), until_caught_up=args.until_caught_up)
     return 0

@@ -3,8 +3,9 @@
 BinlakeError
 ├── ConfigError        bad configuration or unsupported source setup (exit code 2)
 │   ├── SourceSetupError   a server variable or privilege the algorithm needs is missing
-│   └── UnconvertibleValueError  a captured value binlake cannot encode (nothing of its chunk or
-│                          batch is written)
+│   ├── UnconvertibleValueError  a captured value binlake cannot encode (nothing of its chunk or
+│   │                      batch is written)
+│   └── LibraryVersionError  an installed library is not the release binlake relies on
 └── RuntimeFailure     the pipeline could not do its work (exit code 1)
     ├── PositionGoneError  a stored binlog position is no longer on the server
     ├── SourceChangedError the server no longer holds the history of the stored position (replaced,
@@ -51,6 +52,11 @@ class SourceSetupError(ConfigError):
 
 class UnconvertibleValueError(ConfigError):
     pass
+
+
+class LibraryVersionError(ConfigError):
+    """binlake adjusts a library's private methods (binlake.source.binlog_types): another release may
+    have changed them."""
 
 
 class RuntimeFailure(BinlakeError):

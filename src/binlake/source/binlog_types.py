@@ -19,12 +19,18 @@ shifts), and a VECTOR value raises `NotImplementedError`. `install` teaches it:
 - a MySQL JSON value arrives in its binary form, which `source.mysql_json` prints as the server does
   (a partial update's diff is left to the library).
 
-Installed once per process, before the first binlog is read (`binlog_reader` calls it).
+Installed once per process, before the first binlog is read (`binlog_reader` calls it). These are
+private methods of one release, so `install` first checks that release is the one installed
+(`PINNED`, the pin in pyproject.toml) and refuses another in one line: a later release may rename
+them, change their arguments or read other bytes, and binlake would then decode rows wrongly rather
+than fail. Moving the pin means reading the library's row_event.py, column.py and packet.py against
+`RELIED_ON` and `install`, then updating `PINNED` (tests/unit/test_binlog_types.py fails until then).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from pymysqlreplication import column as _column
@@ -33,14 +39,56 @@ from pymysqlreplication.bitmap import BitGet
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.packet import BinLogPacketWrapper
 
+from binlake.errors import LibraryVersionError
 from binlake.source.mysql_json import MysqlJson
 
 VECTOR = 242  # MYSQL_TYPE_VECTOR
 
 OURS = frozenset({VECTOR, FIELD_TYPE.DATE, FIELD_TYPE.DATETIME2})
 
+PACKAGE = "mysql-replication"
+PINNED = "1.0.17"
+
+# The library's methods `install` replaces or calls, with the parameters it passes them.
+RELIED_ON: dict[tuple[type, str], tuple[str, ...]] = {
+    (_row_event.TableMapEvent, "_get_optional_meta_data"): ("self",),
+    (_row_event.TableMapEvent, "_read_type_values"): ("self", "length"),
+    (_column.Column, "_Column__parse_column_definition"): ("self", "column_type", "packet"),
+    (_row_event.RowsEvent, "_RowsEvent__read_values_name"): (
+        "self", "column", "null_bitmap", "null_bitmap_index", "is_partial", "cols_bitmap", "unsigned", "i"),
+    (_row_event.RowsEvent, "_RowsEvent__read_fsp"): ("self", "column"),
+    (_row_event.RowsEvent, "_is_null"): ("null_bitmap", "position"),
+    (_row_event.RowsEvent, "charset_to_encoding"): ("name",),
+    (BinLogPacketWrapper, "read_binary_json"): ("self", "size", "is_partial"),
+    (BinLogPacketWrapper, "read_length_coded_pascal_string"): ("self", "size"),
+    (BinLogPacketWrapper, "read_uint_by_size"): ("self", "size"),
+}
+
+
+def _own(cls: type, name: str) -> Any:
+    found = cls.__dict__.get(name)
+    return found.__func__ if isinstance(found, staticmethod) else found
+
+
+# each as the library defines it, taken before `install` replaces any
+LIBRARY: dict[tuple[type, str], Any] = {key: _own(*key) for key in RELIED_ON}
+
 _installed = False
 _library_binary_json = BinLogPacketWrapper.read_binary_json
+
+
+def check_version(found: str | None = None) -> None:
+    """Refuse a release of mysql-replication other than `PINNED` (`found`: the installed one)."""
+    if found is None:
+        try:
+            found = version(PACKAGE)
+        except PackageNotFoundError:
+            found = "installed without its package metadata"
+    if found != PINNED:
+        raise LibraryVersionError(
+            f"{PACKAGE} is {found} here; binlake needs {PACKAGE} {PINNED} exactly (it adjusts private methods of "
+            f"that release to decode row events): pip install '{PACKAGE}=={PINNED}'"
+        )
 
 
 def _date(k: int) -> dt.date | str:
@@ -105,6 +153,7 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    check_version()
     table_map = _row_event.TableMapEvent
     known = {m.value for m in _row_event.MetadataFieldType} - {
         _row_event.MetadataFieldType.UNKNOWN_METADATA_FIELD_TYPE.value}
