@@ -12,7 +12,8 @@ from binlake import cli
 
 
 def binlake(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "binlake", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "binlake", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 def test_version_prints_the_installed_package_version() -> None:
@@ -45,6 +46,7 @@ def test_verbose_after_the_command_logs_each_step(argv: list[str]) -> None:
     # the level main sets up, in a process of its own (pytest's log capture owns this one's root logger)
     code = ("import logging, sys; from binlake import cli; cli.main(sys.argv[1:]); "
             "print(logging.getLevelName(logging.getLogger().level), file=sys.stderr)")
-    shown = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    shown = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                           check=False)
     assert shown.returncode == 0, shown.stderr
     assert shown.stderr.strip().splitlines()[-1] == "INFO"
