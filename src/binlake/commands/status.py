@@ -1,51 +1,119 @@
-"""`binlake status`: the server the stored positions belong to, and per table chunks planned/done,
-rows, phase, binlog position and lag."""
+"""`binlake status`: what the lake and the stored state say -- per table chunks planned/done, rows,
+phase and the committed binlog position; the server the positions were stored from -- and, when the
+source answers, the server at source.hostname, whether it holds the stored positions' history, its
+binlog head and the lag.
+
+Status is what an operator runs when something is wrong, often because the source is down. So it
+reads the lake without a connection and looks at the source last, with short timeouts: a source
+that does not answer is one line of the report (and `reachable: false` with the reason in JSON),
+not a failure, and the command exits 0.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from typing import Any
+
+import pymysql
 
 from binlake.capture.context import Context
 from binlake.config import Config
-from binlake.errors import PositionGoneError, SourceChangedError
+from binlake.errors import BinlakeError
 from binlake.lake.checkpoint import committed_end
+from binlake.lake.evolution import History
 from binlake.offsets import BinlogPosition
+from binlake.source.catalog import captured_tables, matches
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_head
-from binlake.source.identity import Lineage, identify
+from binlake.source.identity import Lineage, ServerIdentity, identify
+
+# Seconds the look at the source may take to connect, and then for each answer (each at most the
+# configured source.connect-timeout and source.read-timeout): a server that is down or hung costs
+# status a few seconds, not the minute a capture waits for it.
+LOOK_CONNECT_TIMEOUT = 3
+LOOK_READ_TIMEOUT = 5
+
+
+@dataclass
+class Look:
+    """What a look at the source found: its identity, binlog head and captured tables, or why not."""
+
+    error: str | None = None
+    identity: ServerIdentity | None = None
+    head: BinlogPosition | None = None
+    tables: list[str] = field(default_factory=list)
+
+
+def looking(cfg: Config) -> Config:
+    """`cfg` with the look's short timeouts."""
+    source = dict(cfg.values["source"])
+    source["connect-timeout"] = min(int(source["connect-timeout"]), LOOK_CONNECT_TIMEOUT)
+    source["read-timeout"] = min(int(source["read-timeout"]), LOOK_READ_TIMEOUT)
+    return Config({**cfg.values, "source": source}, cfg.origin)
+
+
+def look(cfg: Config, lineage: Lineage | None) -> Look:
+    """The source's identity, binlog head and the tables source.tables matches on it; or the one-line
+    reason it could not be asked (no secret: the connection errors name user, host and port only)."""
+    params = {**cfg.connection(), "epoch": lineage.epoch if lineage else 0}
+    try:
+        conn = connect(params)
+    except BinlakeError as exc:
+        return Look(error=exc.message)
+    try:
+        head = binlog_head(conn)
+        identity, _ = identify(conn)
+        tables = [f"{d}.{t}" for d, t in captured_tables(conn, cfg.tables)]
+    except BinlakeError as exc:
+        return Look(error=exc.message)
+    except (pymysql.MySQLError, OSError) as exc:
+        who = f"{params['user']}@{params['host']}:{params['port']}"
+        return Look(error=f"{who} stopped answering ({type(exc).__name__}{_code(exc)})")
+    finally:
+        conn.close()
+    return Look(identity=identity, head=head, tables=tables)
+
+
+def _code(exc: BaseException) -> str:
+    code = exc.args[0] if exc.args else None
+    return f", MySQL error {code}" if isinstance(code, int) else ""
 
 
 def status(cfg: Config) -> dict[str, Any]:
-    from binlake.lake import split_state as state
-
-    ctx = Context(cfg)
-    spark = ctx.session()
-    splits = state.load(spark, ctx.target.split_state, cfg.get("snapshot.group-size"))
+    ctx = Context(looking(cfg))
+    lineage = Lineage.load(ctx.target.source_lineage)
     end = committed_end(ctx.target.checkpoint)
     position = None if end is None else BinlogPosition.from_dict(end)
     progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
-    conn = connect(ctx.params)
-    try:
-        head = binlog_head(conn)
-        now, _ = identify(conn)
-    finally:
-        conn.close()
+    seen = look(ctx.cfg, lineage)
+    tables = _tables(ctx, position, progress, seen)
+    return {
+        "source": _source(ctx, lineage, seen),
+        "stream": {"position": str(position) if position else None, "last_batch_at": progress.get("updated")},
+        "tables": tables,
+    }
+
+
+def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, Any], seen: Look) -> list[dict[str, Any]]:
     from delta.tables import DeltaTable
 
-    tables = []
-    for name in ctx.schemas():
+    from binlake.lake import split_state as state
+
+    spark = ctx.session()
+    splits = state.load(spark, ctx.target.split_state, ctx.cfg.get("snapshot.group-size"))
+    out = []
+    for name in sorted(set(_captured(ctx, list(splits))) | set(seen.tables)):
         ss = splits.get(name, [])
         done = [s for s in ss if s.landed]  # read into bronze
         silver = ctx.target.silver(name)
         rows = (spark.read.format("delta").load(silver.location).count()
                 if DeltaTable.isDeltaTable(spark, silver.location) else 0)
-        planned_all = bool(ss) and ss[-1].end is None
         max_hw = max((s.hw for s in done if s.hw), default=None)
         if not ss:
             phase = "not started"
-        elif not planned_all:
+        elif ss[-1].end is not None:  # the last chunk planned is not the open-ended one
             phase = "planning"
         elif len(done) < len(ss):
             phase = "snapshot"
@@ -53,54 +121,81 @@ def status(cfg: Config) -> dict[str, Any]:
             phase = "handover"
         else:
             phase = "binlog"
-        lag: float | None = None
-        if position is not None:
-            # the stream reads every table at one position: a table's lag is the stream's, however
-            # long ago its own last change was
-            head_at = progress.get("head_at")
-            lag = 0.0 if position >= head else round(max(0.0, time.time() - head_at), 1) if head_at else None
-        tables.append({
+        out.append({
             "source": name,
             "phase": phase,
             "chunks": {"planned": len(ss), "done": len(done)},
             "rows": rows,
             "bronze": ctx.target.bronze(name).to_dict(),
             "silver": silver.to_dict(),
-            "binlog": {"position": str(position) if position else None, "head": str(head), "lag_seconds": lag},
+            "binlog": {"position": str(position) if position else None,
+                       "head": str(seen.head) if seen.head else None,
+                       "lag_seconds": _lag(position, seen.head, progress)},
         })
-    return {"source": _source(ctx, now), "tables": tables}
+    return out
 
 
-def _source(ctx: Context, identity: Any) -> dict[str, Any]:
+def _captured(ctx: Context, planned: list[str]) -> list[str]:
+    """The tables the lake holds state of (planned chunks, a captured schema) that source.tables still
+    matches: what status can say without the source."""
+    names = set(planned)
+    schemas = ctx.target.captured_schema("db.table").parent
+    if schemas.is_dir():
+        names.update(History(path).latest().name for path in schemas.glob("*.json"))
+    return [n for n in names if matches(ctx.cfg.tables, *n.split(".", 1))]
+
+
+def _lag(position: BinlogPosition | None, head: BinlogPosition | None, progress: dict[str, Any]) -> float | None:
+    """Seconds the stream is behind the source's head; None when either is unknown. The stream reads
+    every table at one position: a table's lag is the stream's, however long ago its own last change was."""
+    if position is None or head is None:
+        return None
+    if position >= head:
+        return 0.0
+    head_at = progress.get("head_at")
+    return round(max(0.0, time.time() - head_at), 1) if head_at else None
+
+
+def _source(ctx: Context, lineage: Lineage | None, seen: Look) -> dict[str, Any]:
     """The server the stored positions belong to, the one at source.hostname now, and whether it holds
     their history (the check a run makes before it streams, binlake.source.identity)."""
     from binlake.capture.stream import check_position
 
-    now = str(identity)
-    lineage = Lineage.load(ctx.target.source_lineage)
+    stored = None if lineage is None else str(lineage.identity)
+    found = {"reachable": seen.error is None, "error": seen.error, "stored": stored, "now": None, "history": None}
+    if seen.identity is None:
+        return found
+    found["now"] = str(seen.identity)
     if lineage is None:
-        return {"now": now, "stored": None, "history": None}
-    if not lineage.identity.same(identity):
-        return {"now": now, "stored": str(lineage.identity),
-                "history": "another server: the next run fails over to it if it holds every transaction binlake "
-                           "has read (by GTID), and refuses it otherwise"}
+        return found
+    if not lineage.identity.same(seen.identity):
+        found["history"] = ("another server: the next run fails over to it if it holds every transaction binlake "
+                            "has read (by GTID), and refuses it otherwise")
+        return found
     try:
         check_position(ctx)
-        history = "the same"
-    except (SourceChangedError, PositionGoneError) as failed:
-        history = failed.message
-    return {"now": now, "stored": str(lineage.identity), "history": history}
+        found["history"] = "the same"
+    except BinlakeError as failed:  # gone, replaced, or the source lost in the meantime
+        found["history"] = failed.message
+    return found
 
 
 def render(report: dict[str, Any]) -> str:
-    src = report["source"]
-    if src["stored"] is None:
+    src, stream = report["source"], report["stream"]
+    if not src["reachable"]:
+        stored = f" (positions stored from {src['stored']})" if src["stored"] else ""
+        lines = [f"source: unreachable, its binlog head and the lag unknown{stored}: {src['error']}"]
+    elif src["stored"] is None:
         lines = [f"source: {src['now']} (no position stored yet)"]
     elif src["history"] == "the same":
         lines = [f"source: {src['stored']}, holding the stored positions' history"]
     else:
-        lines = [f"source: positions stored from {src['stored']}; source.hostname is now {src['now']}: "
-                 f"{src['history']}"]
+        lines = [f"source: positions stored from {src['stored']}; source.hostname is now {src['now']}: {src['history']}"]
+    if stream["last_batch_at"]:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stream["last_batch_at"]))
+        lines.append(f"stream: at {stream['position'] or '-'}, last batch committed {at}")
+    if not report["tables"]:
+        lines.append("no captured table yet")
     for t in report["tables"]:
         b = t["binlog"]
         lag = "-" if b["lag_seconds"] is None else f"{b['lag_seconds']}s"
