@@ -22,10 +22,11 @@ from binlake import faults, stop
 from binlake.capture.context import Context
 from binlake.capture.failover import GtidRecord
 from binlake.errors import RuntimeFailure
-from binlake.lake import bronze, silver
+from binlake.lake import arrow_commit, bronze, silver
 from binlake.lake.checkpoint import write_progress
 from binlake.lake.evolution import Version
 from binlake.lake.evolve import apply_batch
+from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ class MicroBatch:
         # checkpoint over an old bronze) lands only what is past it, and any other is new
         held = self.held[name]
         replay = held is not None and held >= row["oldest"]
+        if not replay and (took := self.land_arrow(schema, typed, row)) is not None:
+            return took
         bronze.append_batch(typed.where(F.col("_seq") > F.lit(held)) if replay else typed, b)
         # silver only after bronze has committed: a plain append to silver counts on it
         faults.point("mid_stream", name)
@@ -109,6 +112,26 @@ class MicroBatch:
         silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
                      bronze_may_be_newer=replay, inserts_only=not row["others"])
         return bronze_s, time.monotonic() - t
+
+    def land_arrow(self, schema: TableSchema, typed: Any, row: Any) -> tuple[float, float] | None:
+        """A table's few changes (no replay) committed to bronze, then silver, by delta-rs
+        (`binlake.lake.arrow_commit`): (bronze s, silver s); None, with nothing written, when Spark
+        is to write them."""
+        name = schema.name
+        b, s = self.ctx.target.bronze(name).location, self.ctx.target.silver(name).location
+        if schema.multiset or not arrow_commit.usable(b, schema.names, int(row["n"])):
+            return None
+        into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
+        into_silver = arrow_commit.writable(s, silver.struct(schema).fieldNames())
+        if into_bronze is None or into_silver is None:
+            return None
+        t = time.monotonic()
+        changes = typed.toArrow()
+        arrow_commit.append(into_bronze, changes)
+        faults.point("mid_stream", name)
+        bronze_s = time.monotonic() - t
+        silver.apply_arrow(into_silver, schema, changes, inserts_only=not row["others"])
+        return bronze_s, time.monotonic() - t - bronze_s
 
     def evolving(self, name: str, rows: Any, app_id: str, batch_id: int, oldest: Any) -> None:
         """A batch whose rows span schema versions, or of a table silver no longer matches column for

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from binlake import faults
@@ -26,7 +28,7 @@ from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
 from binlake.config import Config
 from binlake.errors import RuntimeFailure
-from binlake.lake import bronze, silver, split_state, storage
+from binlake.lake import arrow_commit, bronze, silver, split_state, storage
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.connection import connect
@@ -129,14 +131,44 @@ def in_groups(splits: Iterable[Split]) -> dict[int, list[Split]]:
     return by_group
 
 
+class Landing:
+    """Where a small table's chunks land when delta-rs commits them (`binlake.lake.arrow_commit`):
+    its bronze, and the snapshot rows kept for silver, which then needs no read of bronze."""
+
+    def __init__(self, table: Any, created: bool) -> None:
+        self.table, self.created = table, created
+        self.rows: list[Any] = []
+
+    @classmethod
+    def of(cls, ctx: Context, schema: TableSchema, splits: int) -> Landing | None:
+        """The landing of a table whose `splits` chunks hold at most `arrow_commit.ARROW_ROWS` rows, or
+        None (Spark writes it): a larger or key-less table, or a bronze delta-rs does not write."""
+        b = ctx.target.bronze(schema.name).location
+        struct = bronze.struct(schema)
+        if schema.multiset or not arrow_commit.usable(b, schema.names, splits * ctx.cfg.chunk_size):
+            return None
+        created = not arrow_commit.exists(b) and arrow_commit.create(b, struct, bronze.PROPERTIES)
+        table = arrow_commit.writable(b, struct.fieldNames())
+        return None if table is None else cls(table, created)
+
+    def append(self, rows: Any, chunks: list[int]) -> list[dict[str, Any]]:
+        """Commit chunks' rows (bronze columns) to bronze; their marks, as `bronze.append_chunks`."""
+        arrow_commit.append(self.table, rows)
+        self.rows.append(rows.filter(pc.equal(rows.column("_op"), "r")))
+        return bronze.arrow_marks(rows, chunks)
+
+    def snapshot_rows(self) -> Any:
+        return pa.concat_tables(self.rows)
+
+
 def read_any(ctx: Context, schema: TableSchema, todo: list[Split], progress: Progress,
-             record: bool = True) -> list[Split]:
+             record: bool = True, landing: Landing | None = None) -> list[Split]:
     """A group read into bronze, its open last split cut again first if it has one."""
     if todo[-1].is_last:
-        read = read_tail(ctx, schema, todo, progress, record)
+        read = read_tail(ctx, schema, todo, progress, record, landing)
     else:
         with ctx.readers(len(todo)) as ids:
-            read = read_group(ctx, schema, todo, ids, record)
+            read = read_group(ctx, schema, todo, ids, record, landing)
         progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
     ctx.note_files([s.hw.file for s in read if s.hw is not None])
     return read
@@ -167,6 +199,10 @@ class Reading:
             self.running.append(self.pool.submit(self.whole, self.ctx.schemas()[table], whole))
 
     def whole(self, schema: TableSchema, splits: list[Split]) -> None:
+        landing = Landing.of(self.ctx, schema, len(splits))
+        if landing is not None:
+            self.whole_arrow(schema, splits, landing)
+            return
         created = not storage.table_exists(self.ctx.session(), self.ctx.target.bronze(schema.name).location)
         by_group = in_groups(splits)
         landed: list[Split] = []
@@ -177,6 +213,22 @@ class Reading:
                 self.applied([s.applied() for s in landed])
                 landed = []
         if created:
+            with self.lock:
+                self.ctx.created_bronze(schema.name)
+
+    def whole_arrow(self, schema: TableSchema, splits: list[Split], landing: Landing) -> None:
+        """A small table's chunks committed to bronze and silver by delta-rs (`Landing`)."""
+        by_group = in_groups(splits)
+        landed: list[Split] = []
+        for group in sorted(by_group):
+            landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False, landing=landing)
+        location = self.ctx.target.silver(schema.name).location
+        if silver.insert_snapshot_arrow(schema, landing.snapshot_rows(), location):
+            faults.point("after_silver_chunks", schema.name)
+        else:
+            apply_to_silver(self.ctx, schema, landed, record=False)
+        self.applied([s.applied() for s in landed])
+        if landing.created:
             with self.lock:
                 self.ctx.created_bronze(schema.name)
 
@@ -205,7 +257,7 @@ class Reading:
 
 
 def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], progress: Progress,
-              record: bool = True) -> list[Split]:
+              record: bool = True, landing: Landing | None = None) -> list[Split]:
     """Read a group ending with the open last split `[start, +inf)`, which grows while the snapshot
     runs when rows are inserted past the maximum key.
 
@@ -235,7 +287,7 @@ def read_tail(ctx: Context, schema: TableSchema, splits: list[Split], progress: 
     landed: list[Split] = []
     for group in [todo, *later]:
         with ctx.readers(len(group)) as ids:
-            read = read_group(ctx, schema, group, ids, record)
+            read = read_group(ctx, schema, group, ids, record, landing)
         progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
         landed += read
     return landed
@@ -289,9 +341,10 @@ def landed_by(splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
 
 
 def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int],
-               record: bool = True) -> list[Split]:
-    """Read a group's chunks in one Spark job into bronze, under the server ids `ids`; record them
-    landed with their HW (unless `record` is False: the caller records them later)."""
+               record: bool = True, landing: Landing | None = None) -> list[Split]:
+    """Read a group's chunks in one Spark job into bronze (committed by Spark, or by delta-rs at a
+    `landing`), under the server ids `ids`; record them landed with their HW (unless `record` is
+    False: the caller records them later)."""
     spark = ctx.session()
     b = ctx.target.bronze(schema.name).location
     job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
@@ -299,7 +352,8 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
            "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
     df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
           .option("password", ctx.params["password"]).load())
-    marks = bronze.append_chunks(bronze.typed_flat(df, schema), b, [s.index for s in splits])
+    typed, chunks = bronze.typed_flat(df, schema), [s.index for s in splits]
+    marks = bronze.append_chunks(typed, b, chunks) if landing is None else landing.append(typed.toArrow(), chunks)
     faults.point("after_bronze_write", schema.name)
     landed = record_landed(ctx, splits, marks) if record else landed_by(splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})

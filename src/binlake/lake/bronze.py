@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -167,6 +168,19 @@ def append_batch(df: DataFrame, location: str, app_id: str | None = None, versio
     if app_id is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", version)
     writer.save(location)
+
+
+def arrow_marks(rows: Any, chunks: list[int]) -> list[dict[str, Any]]:
+    """`chunk_marks` of chunks whose rows are the Arrow table `rows` (their bronze columns)."""
+    ops, numbers = rows.column("_op").to_pylist(), rows.column("_chunk").to_pylist()
+    counts = {int(c): 0 for c in chunks}
+    for op, chunk in zip(ops, numbers):
+        if op == "r":
+            counts[chunk] += 1
+    found = {w["_chunk"]: w for w in rows.filter(pc.equal(rows.column("_op"), "w"))
+             .select(["_chunk", "_file", "_pos", "_lw", "_seq"]).to_pylist()}
+    return [_mark(c, *((w["_file"], w["_pos"], w["_lw"]) if (w := found.get(c)) else (None, None, None)),
+                  counts[c], w["_seq"] if w else None) for c in counts]
 
 
 def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[dict[str, Any]]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake import faults
-from binlake.lake import storage
+from binlake.lake import arrow_commit, storage
 from binlake.lake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
 from binlake.lake.target import CHECKPOINT_INTERVAL
 from binlake.schema import TableSchema
@@ -112,6 +114,65 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         .whenNotMatchedInsert(condition="s._op <> 'd'", values=cols)
         .execute()
     )
+
+
+def latest_arrow(changes: Any, key: list[str]) -> Any:
+    """`latest_per_key` of an Arrow table: each key's change with the largest `_seq`."""
+    ordered = changes.take(pc.sort_indices(changes, [("_seq", "descending")]))
+    seen: set[tuple[Any, ...]] = set()
+    keep = []
+    for at, k in enumerate(zip(*[ordered.column(c).to_pylist() for c in key])):
+        if k not in seen:
+            seen.add(k)
+            keep.append(at)
+    return ordered.take(pa.array(keep, pa.int64()))
+
+
+def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: bool) -> None:
+    """`apply` of the bronze-typed Arrow table `changes` to `table`, silver as delta-rs writes it
+    (`binlake.lake.arrow_commit`), when bronze holds no change newer than these but their own
+    (`bronze_may_be_newer=False`): the same rule and the same conditions as `apply`'s MERGE."""
+    data = changes.filter(pc.is_in(changes.column("_op"), pa.array(DATA_OPS)))
+    if data.num_rows == 0:
+        return
+    names = [f.name for f in struct(schema).fields]
+    faults.point("mid_merge", schema.name)
+    if inserts_only:
+        arrow_commit.append(table, data.select(names))
+        return
+    q, (t, s) = arrow_commit.quoted, arrow_commit.aliases(names)
+    values = {q(n): f"{s}.{q(n)}" for n in names}
+    on = " AND ".join(f"({t}.{q(k)} IS NOT DISTINCT FROM {s}.{q(k)})" for k in schema.key)
+    (
+        table.merge(latest_arrow(data, list(schema.key)).select(names + ["_op"]), predicate=on,
+                    source_alias=s, target_alias=t)
+        .when_matched_delete(predicate=f"{s}._op = 'd' AND {s}._seq > {t}._seq")
+        .when_matched_update(updates=values, predicate=f"{s}._op <> 'd' AND {s}._seq > {t}._seq")
+        .when_not_matched_insert(updates=values, predicate=f"{s}._op <> 'd'")
+        .execute()
+    )
+
+
+def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str) -> bool:
+    """`insert_snapshot` of the Arrow table `rows` (bronze columns, `r` rows only) by delta-rs: silver
+    created if absent (then the rows are appended), else an insert-only MERGE. False, and nothing
+    written, when silver is a table delta-rs does not write (`arrow_commit.writable`)."""
+    names = [f.name for f in struct(schema).fields]
+    created = not arrow_commit.exists(silver) and arrow_commit.create(silver, struct(schema), PROPERTIES)
+    table = arrow_commit.writable(silver, names)
+    if table is None:
+        return False
+    faults.point("mid_merge", schema.name)
+    if rows.num_rows == 0:
+        return True
+    if created:  # empty until now: nothing to match
+        arrow_commit.append(table, rows.select(names))
+        return True
+    q, (t, s) = arrow_commit.quoted, arrow_commit.aliases(names)
+    on = " AND ".join(f"({t}.{q(k)} IS NOT DISTINCT FROM {s}.{q(k)})" for k in schema.key)
+    table.merge(rows.select(names), predicate=on, source_alias=s, target_alias=t) \
+        .when_not_matched_insert(updates={q(n): f"{s}.{q(n)}" for n in names}).execute()
+    return True
 
 
 def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, silver: str, bronze: str) -> None:

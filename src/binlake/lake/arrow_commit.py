@@ -1,0 +1,161 @@
+"""Small Delta commits made in the driver from Arrow data, by delta-rs: a small table's snapshot and
+a micro-batch's few changes of a table land in milliseconds instead of a Spark job's second or two.
+
+Measured on 2 cores with a 100-row table (median of 8): Spark creates an empty table in 0.69 s,
+appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5 ms and MERGEs in
+17 ms. A thousand small tables are a thousand such commits per step, so this is most of their cost.
+
+Spark stays the engine. It reads the source (the snapshot and binlog sources), types the values
+(`binlake.lake.bronze.typed`: the same casts on both paths) and hands the typed rows over as Arrow
+(`DataFrame.toArrow`); only the commit is made here. Spark keeps every large write (more than
+`ARROW_ROWS` rows), schema changes, key-less tables (their recount reads bronze), a replay's look at
+bronze, object stores, and any table whose protocol has a feature delta-rs does not write
+(`WRITER_FEATURES`). Either writer commits to a table the other wrote: both keep Delta's log
+protocol, and each table is written by one thread at a time.
+
+A table's first commit is written here, as Spark writes it (see `first_commit`): delta-rs 1.6
+gives a new table's columns their column-mapping ids but leaves `columnMapping` out of the protocol,
+which Spark then refuses (`DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import types as T
+
+# the most rows a commit made here takes (0: every commit through Spark)
+ARROW_ROWS = int(os.environ.get("BINLAKE_ARROW_ROWS", "50000"))
+# the writer features of binlake's tables that delta-rs writes correctly (checked in tests)
+WRITER_FEATURES = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "invariants", "appendOnly"})
+# the commit file of a table's first version
+FIRST = "00000000000000000000.json"
+
+
+def usable(location: str, names: list[str], rows: int) -> bool:
+    """Whether `rows` rows of a table with the columns `names` may be committed here: a local table,
+    and no column name delta-rs's expression parser misreads (a backtick ends its quoting)."""
+    return 0 < ARROW_ROWS and rows <= ARROW_ROWS and not _remote(location) and not any("`" in n for n in names)
+
+
+def _remote(location: str) -> bool:
+    return "://" in location or location.startswith("dbfs:")
+
+
+def exists(location: str) -> bool:
+    """Whether the local table at `location` has a commit."""
+    log = Path(location) / "_delta_log"
+    return (log / FIRST).exists() or any(log.glob("*.checkpoint*.parquet")) or any(log.glob("*.json"))
+
+
+def writable(location: str, names: list[str]) -> Any:
+    """The delta-rs table at `location`, or None (then Spark writes it) when there is none, when its
+    protocol has a writer feature outside WRITER_FEATURES, or when its columns are not `names` (a
+    bronze from before a column binlake added since, which Spark's append adds)."""
+    from deltalake import DeltaTable
+
+    if not exists(location):
+        return None
+    table = DeltaTable(location)
+    features = set(table.protocol().writer_features or [])
+    same = [f.name for f in table.schema().fields] == names
+    return table if same and features <= WRITER_FEATURES else None
+
+
+def first_commit(struct: T.StructType, properties: dict[str, str]) -> list[dict[str, Any]]:
+    """The actions of a new table's version 0, as Spark's `DeltaTable.create` writes them for the
+    same columns and properties: column mapping by name (an id and a physical name for every field,
+    nested ones too), and the table features its properties and types call for."""
+    fields, top = _mapped(struct.jsonValue()["fields"], 0)
+    now = int(time.time() * 1000)
+    configuration = {"delta.enableChangeDataFeed": "false", **properties,
+                     "delta.columnMapping.maxColumnId": str(top)}
+    features = ["columnMapping"]
+    if properties.get("delta.enableDeletionVectors") == "true":
+        features.append("deletionVectors")
+    if '"timestamp_ntz"' in json.dumps(fields):
+        features.append("timestampNtz")
+    return [
+        {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "isolationLevel": "Serializable",
+                        "isBlindAppend": True, "operationMetrics": {}, "engineInfo": "binlake",
+                        "operationParameters": {"partitionBy": "[]", "clusterBy": "[]", "description": None,
+                                                "isManaged": "false", "properties": json.dumps(configuration)},
+                        "txnId": str(uuid.uuid4())}},
+        {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                      "schemaString": json.dumps({"type": "struct", "fields": fields}), "partitionColumns": [],
+                      "configuration": configuration, "createdTime": now}},
+        {"protocol": {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": features,
+                      "writerFeatures": features + ["invariants", "appendOnly"]}},
+    ]
+
+
+def _mapped(fields: list[dict[str, Any]], last: int) -> tuple[list[dict[str, Any]], int]:
+    """`fields` (Spark's JSON form) each with a column-mapping id after `last` and a physical name,
+    the fields of nested structs too (inside arrays and maps as well); and the last id given."""
+    out = []
+    for field in fields:
+        field = dict(field)
+        field["type"], last = _mapped_type(field["type"], last)
+        last += 1
+        field["metadata"] = {**field.get("metadata", {}), "delta.columnMapping.id": last,
+                             "delta.columnMapping.physicalName": f"col-{uuid.uuid4()}"}
+        out.append(field)
+    return out, last
+
+
+def _mapped_type(kind: Any, last: int) -> tuple[Any, int]:
+    if not isinstance(kind, dict):
+        return kind, last
+    if kind["type"] == "struct":
+        fields, last = _mapped(kind["fields"], last)
+        return {**kind, "fields": fields}, last
+    if kind["type"] == "array":
+        element, last = _mapped_type(kind["elementType"], last)
+        return {**kind, "elementType": element}, last
+    if kind["type"] == "map":
+        key, last = _mapped_type(kind["keyType"], last)
+        value, last = _mapped_type(kind["valueType"], last)
+        return {**kind, "keyType": key, "valueType": value}, last
+    return kind, last
+
+
+def create(location: str, struct: T.StructType, properties: dict[str, str]) -> bool:
+    """Create the empty table at `location` unless one is there: its first commit is put only if no
+    other is (a link, which fails on an existing name). Whether this call created it."""
+    log = Path(location) / "_delta_log"
+    log.mkdir(parents=True, exist_ok=True)
+    staged = log / f".{uuid.uuid4()}.tmp"
+    staged.write_text("".join(json.dumps(action) + "\n" for action in first_commit(struct, properties)))
+    try:
+        os.link(staged, log / FIRST)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        staged.unlink()
+
+
+def append(table: Any, rows: Any) -> None:
+    """Append the Arrow table `rows` (the columns of `table`, a `writable` one) in one commit."""
+    from deltalake import write_deltalake
+
+    write_deltalake(table, rows, mode="append")
+
+
+def quoted(name: str) -> str:
+    """A column name in delta-rs's SQL expressions."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def aliases(names: list[str]) -> tuple[str, str]:
+    """A MERGE's names for its target and its source, neither a column's name (DataFusion takes a
+    column `t` in `t.x` for the table aliased `t`)."""
+    mark = "_"
+    while f"target{mark}" in names or f"source{mark}" in names:
+        mark += "_"
+    return f"target{mark}", f"source{mark}"
