@@ -7,6 +7,7 @@ loads the schemas, starts Spark and identifies the server once.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -56,6 +57,16 @@ class Context:
             self.spark = get_spark(self.cfg.parallelism, log_file=self.target.spark_log)
             register(self.spark)
         return self.spark
+
+    def snapshot_rows(self, job: dict[str, Any], here: bool = False) -> Any:
+        """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job, or with
+        `here` read in this process and handed to Spark as local rows (a small table's)."""
+        options = {"job": json.dumps(job), "password": self.params["password"]}
+        if here:
+            from binlake.spark.sources import read_here  # deferred as in `session`
+
+            return self.session().createDataFrame(read_here(options))
+        return self.session().read.format("binlake_snapshot").options(**options).load()
 
     @property
     def params(self) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from bronze (`landed_in_bronze`), not read again.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -342,16 +341,14 @@ def landed_by(splits: list[Split], marks: list[dict[str, Any]]) -> list[Split]:
 
 def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int],
                record: bool = True, landing: Landing | None = None) -> list[Split]:
-    """Read a group's chunks in one Spark job into bronze (committed by Spark, or by delta-rs at a
-    `landing`), under the server ids `ids`; record them landed with their HW (unless `record` is
-    False: the caller records them later)."""
-    spark = ctx.session()
+    """Read a group's chunks into bronze under the server ids `ids`: in one Spark job, committed by
+    Spark; or, for a `landing`, in this process, committed by delta-rs. Record them landed with their
+    HW (unless `record` is False: the caller records them later)."""
     b = ctx.target.bronze(schema.name).location
     job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
            "server_ids": ids, "dialect": ctx.dialect.to_dict(),
            "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
-    df = (spark.read.format("binlake_snapshot").option("job", json.dumps(job))
-          .option("password", ctx.params["password"]).load())
+    df = ctx.snapshot_rows(job, here=landing is not None)
     typed, chunks = bronze.typed_flat(df, schema), [s.index for s in splits]
     marks = bronze.append_chunks(typed, b, chunks) if landing is None else landing.append(typed.toArrow(), chunks)
     faults.point("after_bronze_write", schema.name)

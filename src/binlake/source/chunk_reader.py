@@ -134,7 +134,7 @@ def _low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: S
     lw = dialect.head(conn)
     # half the read timeout, so the server answers the wait before the socket gives up on it
     dialect.settle(conn, lw, float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT) / 2)
-    log.info("split %s: low watermark %s", split.id, lw)
+    log.debug("split %s: low watermark %s", split.id, lw)
     return lw
 
 
@@ -156,7 +156,7 @@ def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Ta
     if changes:
         values = _folded(schema, values, Membership(KeyOrder(schema, conn), split), changes)
         folded = len(changes)
-    log.info("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
+    log.debug("split %s: folded %d row changes between %s and %s", split.id, folded, lw, hw)
     return values, folded
 
 
@@ -168,13 +168,13 @@ def _between_watermarks(params: dict[str, Any], conn: Any, dialect: Dialect, sch
     if hooks.after_low_watermark:
         hooks.after_low_watermark()
     values = _select_rows(params, dialect, schema, split)
-    log.info("split %s: selected %d rows", split.id, len(values))
+    log.debug("split %s: selected %d rows", split.id, len(values))
     if hooks.after_select:
         hooks.after_select()
     if hooks.before_high_watermark:
         hooks.before_high_watermark()
     hw = dialect.head(conn)
-    log.info("split %s: high watermark %s", split.id, hw)
+    log.debug("split %s: high watermark %s", split.id, hw)
     return lw, values, hw
 
 
@@ -268,7 +268,7 @@ def read_multiset_chunk(params: dict[str, Any], conn: Any, dialect: Dialect, sch
     then is the state at HW).
     """
     lw, hw, values = _quiet_read(params, conn, dialect, schema, split, server_id, hooks)
-    log.info("split %s: %d rows at %s", split.id, len(values), hw)
+    log.debug("split %s: %d rows at %s", split.id, len(values), hw)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began)
 
 
