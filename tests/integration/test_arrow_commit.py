@@ -10,7 +10,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from binlake.lake import arrow_commit, bronze, silver

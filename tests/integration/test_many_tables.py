@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+import pytest
 
 from binlake.capture.context import Context
 from binlake.capture.run import run
@@ -63,6 +64,7 @@ def _source(port: int, database: str, table: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in cur.fetchall()]
 
 
+@pytest.mark.slow
 def test_small_tables_read_at_once_survive_a_kill_before_their_statuses_are_recorded(
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
     port = dev_db.running_port()

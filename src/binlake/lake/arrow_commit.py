@@ -29,6 +29,8 @@ from typing import Any
 
 from pyspark.sql import types as T
 
+from binlake.lake import storage
+
 # the most rows a commit made here takes (0: every commit through Spark)
 ARROW_ROWS = int(os.environ.get("BINLAKE_ARROW_ROWS", "50000"))
 # the writer features of binlake's tables that delta-rs writes correctly (checked in tests)
@@ -40,17 +42,7 @@ FIRST = "00000000000000000000.json"
 def usable(location: str, names: list[str], rows: int) -> bool:
     """Whether `rows` rows of a table with the columns `names` may be committed here: a local table,
     and no column name delta-rs's expression parser misreads (a backtick ends its quoting)."""
-    return 0 < ARROW_ROWS and rows <= ARROW_ROWS and not _remote(location) and not any("`" in n for n in names)
-
-
-def _remote(location: str) -> bool:
-    return "://" in location or location.startswith("dbfs:")
-
-
-def exists(location: str) -> bool:
-    """Whether the local table at `location` has a commit."""
-    log = Path(location) / "_delta_log"
-    return (log / FIRST).exists() or any(log.glob("*.checkpoint*.parquet")) or any(log.glob("*.json"))
+    return 0 < ARROW_ROWS and rows <= ARROW_ROWS and storage.is_local(location) and not any("`" in n for n in names)
 
 
 def writable(location: str, names: list[str]) -> Any:
@@ -59,7 +51,7 @@ def writable(location: str, names: list[str]) -> Any:
     bronze from before a column binlake added since, which Spark's append adds)."""
     from deltalake import DeltaTable
 
-    if not exists(location):
+    if not storage.has_commit(location):
         return None
     table = DeltaTable(location)
     features = set(table.protocol().writer_features or [])

@@ -158,7 +158,7 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str) -> bool:
     created if absent (then the rows are appended), else an insert-only MERGE. False, and nothing
     written, when silver is a table delta-rs does not write (`arrow_commit.writable`)."""
     names = [f.name for f in struct(schema).fields]
-    created = not arrow_commit.exists(silver) and arrow_commit.create(silver, struct(schema), PROPERTIES)
+    created = not storage.has_commit(silver) and arrow_commit.create(silver, struct(schema), PROPERTIES)
     table = arrow_commit.writable(silver, names)
     if table is None:
         return False
