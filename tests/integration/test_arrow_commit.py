@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 
 from binlake.lake import arrow_commit, bronze, silver
-from binlake.lake.target import CHECKPOINT_INTERVAL
+from binlake.lake.target import CHECKPOINT_INTERVAL, Target
 from binlake.schema import Column, TableSchema
+
+from .capture import run_once, stream_once, write_config
+from .helpers import execute, fetch, seq
 
 # a column named as the MERGE's aliases were, one DataFusion's parser must take quoted, a composite key
 COLUMNS = (
@@ -144,3 +147,30 @@ def test_delta_rs_keeps_the_tables_checkpoint_interval(spark: Any, tmp_path: Pat
     last = json.loads((Path(location) / "_delta_log" / "_last_checkpoint").read_text())["version"]
     assert last >= int(CHECKPOINT_INTERVAL) - 1 and (Path(location) / "_delta_log" / f"{last:020d}.checkpoint.parquet").exists()
     assert spark.read.format("delta").load(location).count() == int(CHECKPOINT_INTERVAL)
+
+
+def test_a_small_table_of_large_values_is_written_by_spark(dev_db: Any, database: str, spark: Any,
+                                                           tmp_path: Path, monkeypatch: Any) -> None:
+    """Rows past `ARROW_BYTES` are not held in the driver: the snapshot reads them again by a Spark job,
+    and a micro-batch's share of them is landed by Spark, with the same result."""
+    from delta.tables import DeltaTable
+
+    monkeypatch.setattr(arrow_commit, "ARROW_BYTES", 2000)
+    execute(dev_db, database, "CREATE TABLE big (id INT PRIMARY KEY, v TEXT)",
+            f"INSERT INTO big SELECT seq, REPEAT('x', 100) FROM {seq(1, 50)}")
+    cfg_path = write_config(tmp_path / "binlake.yml", dev_db.running_port(), [f"{database}.big"], tmp_path / "lake",
+                            "7130-7134", chunk_size=100)
+    cfg = run_once(cfg_path)
+    target, name = Target.of(cfg), f"{database}.big"
+
+    def engines(location: str) -> list[str]:
+        return [r["engineInfo"] for r in DeltaTable.forPath(spark, location).history().orderBy("version").collect()]
+
+    assert engines(target.silver(name).location)[0].startswith("Apache-Spark")
+    first, second = engines(target.bronze(name).location)[:2]
+    assert first == "binlake" and second.startswith("Apache-Spark"), (first, second)
+    execute(dev_db, database, "UPDATE big SET v = REPEAT('y', 300) WHERE id <= 10", "DELETE FROM big WHERE id = 50")
+    stream_once(cfg_path)
+    assert engines(target.bronze(name).location)[-1].startswith("Apache-Spark")
+    got = sorted(tuple(r) for r in spark.read.format("delta").load(target.silver(name).location).select("id", "v").collect())
+    assert got == sorted(fetch(dev_db, database, "SELECT id, v FROM big"))

@@ -17,6 +17,7 @@ from typing import Any
 
 from binlake.config import Config
 from binlake.errors import ConfigError
+from binlake.lake import arrow_commit
 from binlake.lake.evolution import History, Version
 from binlake.lake.target import Target
 from binlake.offsets import BinlogPosition
@@ -59,13 +60,15 @@ class Context:
         return self.spark
 
     def snapshot_rows(self, job: dict[str, Any], here: bool = False) -> Any:
-        """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job, or with
-        `here` read in this process and handed to Spark as local rows (a small table's)."""
+        """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job; or with
+        `here` read in this process and handed to Spark as local rows (a small table's), None when
+        they hold more than `arrow_commit.ARROW_BYTES` (nothing is written: the read may be repeated)."""
         options = {"job": json.dumps(job), "password": self.params["password"]}
         if here:
             from binlake.spark.sources import read_here  # deferred as in `session`
 
-            return self.session().createDataFrame(read_here(options))
+            rows = read_here(options)
+            return self.session().createDataFrame(rows) if rows.nbytes <= arrow_commit.ARROW_BYTES else None
         return self.session().read.format("binlake_snapshot").options(**options).load()
 
     @property

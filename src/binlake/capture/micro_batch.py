@@ -56,7 +56,8 @@ class MicroBatch:
             seen = df.groupBy("_table").agg(F.count("*").alias("n"), F.max("_ts").alias("ts"),
                                             F.min("_seq").alias("oldest"),
                                             F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks"),
-                                            F.sum(F.when(F.col("_op") != "c", 1).otherwise(0)).alias("others")).collect()
+                                            F.sum(F.when(F.col("_op") != "c", 1).otherwise(0)).alias("others"),
+                                            F.sum(F.length("_row")).alias("size")).collect()
             read_s = time.monotonic() - began
 
             def land(row: Any) -> tuple[float, float]:
@@ -119,7 +120,7 @@ class MicroBatch:
         is to write them."""
         name = schema.name
         b, s = self.ctx.target.bronze(name).location, self.ctx.target.silver(name).location
-        if schema.multiset or not arrow_commit.usable(b, schema.names, int(row["n"])):
+        if schema.multiset or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0)):
             return None
         into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
         into_silver = arrow_commit.writable(s, silver.struct(schema).fieldNames())

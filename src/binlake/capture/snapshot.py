@@ -137,6 +137,7 @@ class Landing:
     def __init__(self, table: Any, created: bool) -> None:
         self.table, self.created = table, created
         self.rows: list[Any] = []
+        self.spilled = False  # a read held more than arrow_commit.ARROW_BYTES: Spark writes the table
 
     @classmethod
     def of(cls, ctx: Context, schema: TableSchema, splits: int) -> Landing | None:
@@ -222,7 +223,7 @@ class Reading:
         for group in sorted(by_group):
             landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False, landing=landing)
         location = self.ctx.target.silver(schema.name).location
-        if silver.insert_snapshot_arrow(schema, landing.snapshot_rows(), location):
+        if not landing.spilled and silver.insert_snapshot_arrow(schema, landing.snapshot_rows(), location):
             faults.point("after_silver_chunks", schema.name)
         else:
             apply_to_silver(self.ctx, schema, landed, record=False)
@@ -348,9 +349,13 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
     job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
            "server_ids": ids, "dialect": ctx.dialect.to_dict(),
            "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
-    df = ctx.snapshot_rows(job, here=landing is not None)
+    here = landing is not None and not landing.spilled
+    df = ctx.snapshot_rows(job, here=here)
+    if here and df is None:  # too large to hold here: read again, by Spark
+        landing.spilled, here = True, False  # type: ignore[union-attr]
+        df = ctx.snapshot_rows(job)
     typed, chunks = bronze.typed_flat(df, schema), [s.index for s in splits]
-    marks = bronze.append_chunks(typed, b, chunks) if landing is None else landing.append(typed.toArrow(), chunks)
+    marks = landing.append(typed.toArrow(), chunks) if here else bronze.append_chunks(typed, b, chunks)
     faults.point("after_bronze_write", schema.name)
     landed = record_landed(ctx, splits, marks) if record else landed_by(splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})

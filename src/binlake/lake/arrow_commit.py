@@ -8,7 +8,7 @@ appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5
 Spark stays the engine. It reads the source (the snapshot and binlog sources), types the values
 (`binlake.lake.bronze.typed`: the same casts on both paths) and hands the typed rows over as Arrow
 (`DataFrame.toArrow`); only the commit is made here. Spark keeps every large write (more than
-`ARROW_ROWS` rows), schema changes, key-less tables (their recount reads bronze), a replay's look at
+`ARROW_ROWS` rows or `ARROW_BYTES` of values), schema changes, key-less tables (their recount reads bronze), a replay's look at
 bronze, object stores, and any table whose protocol has a feature delta-rs does not write
 (`WRITER_FEATURES`). Either writer commits to a table the other wrote: both keep Delta's log
 protocol, and each table is written by one thread at a time.
@@ -27,22 +27,25 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import types as T
-
 from binlake.lake import storage
 
 # the most rows a commit made here takes (0: every commit through Spark)
 ARROW_ROWS = int(os.environ.get("BINLAKE_ARROW_ROWS", "50000"))
+# and the most bytes of values: a small table of large BLOBs is written by Spark, in bounded batches,
+# instead of being held whole in the driver, as Arrow and again as Spark's local rows
+ARROW_BYTES = 64 * 1024 * 1024
 # the writer features of binlake's tables that delta-rs writes correctly (checked in tests)
 WRITER_FEATURES = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "invariants", "appendOnly"})
 # the commit file of a table's first version
 FIRST = "00000000000000000000.json"
 
 
-def usable(location: str, names: list[str], rows: int) -> bool:
-    """Whether `rows` rows of a table with the columns `names` may be committed here: a local table,
-    and no column name delta-rs's expression parser misreads (a backtick ends its quoting)."""
-    return 0 < ARROW_ROWS and rows <= ARROW_ROWS and storage.is_local(location) and not any("`" in n for n in names)
+def usable(location: str, names: list[str], rows: int, size: int = 0) -> bool:
+    """Whether `rows` rows (`size` bytes of values, when known) of a table with the columns `names`
+    may be committed here: a local table, and no column name delta-rs's expression parser misreads
+    (a backtick ends its quoting)."""
+    return 0 < ARROW_ROWS and rows <= ARROW_ROWS and size <= ARROW_BYTES and storage.is_local(location) \
+        and not any("`" in n for n in names)
 
 
 def writable(location: str, names: list[str]) -> Any:
@@ -59,9 +62,9 @@ def writable(location: str, names: list[str]) -> Any:
     return table if same and features <= WRITER_FEATURES else None
 
 
-def first_commit(struct: T.StructType, properties: dict[str, str]) -> list[dict[str, Any]]:
-    """The actions of a new table's version 0, as Spark's `DeltaTable.create` writes them for the
-    same columns and properties: column mapping by name (an id and a physical name for every field,
+def first_commit(struct: Any, properties: dict[str, str]) -> list[dict[str, Any]]:
+    """The actions of a new table's version 0 with the columns `struct` (a Spark StructType), as
+    Spark's `DeltaTable.create` writes them for the same columns and properties: column mapping by name (an id and a physical name for every field,
     nested ones too), and the table features its properties and types call for."""
     fields, top = _mapped(struct.jsonValue()["fields"], 0)
     now = int(time.time() * 1000)
@@ -116,7 +119,7 @@ def _mapped_type(kind: Any, last: int) -> tuple[Any, int]:
     return kind, last
 
 
-def create(location: str, struct: T.StructType, properties: dict[str, str]) -> bool:
+def create(location: str, struct: Any, properties: dict[str, str]) -> bool:
     """Create the empty table at `location` unless one is there: its first commit is put only if no
     other is (a link, which fails on an existing name). Whether this call created it."""
     log = Path(location) / "_delta_log"
