@@ -8,9 +8,9 @@ appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5
 Spark stays the engine. It reads the source (the snapshot and binlog sources), types the values
 (`binlake.lake.bronze.typed`: the same casts on both paths) and hands the typed rows over as Arrow
 (`DataFrame.toArrow`); only the commit is made here. Spark keeps every large write (more than
-`ARROW_ROWS` rows or `ARROW_BYTES` of values), schema changes, key-less tables (their recount reads bronze), a replay's look at
-bronze, object stores, and any table whose protocol has a feature delta-rs does not write
-(`WRITER_FEATURES`). Either writer commits to a table the other wrote: both keep Delta's log
+`ARROW_ROWS` rows or `ARROW_BYTES` of values), schema changes, key-less tables (their recount reads
+bronze), a replay's look at bronze, object stores, and any table whose protocol has a feature
+delta-rs does not write (`WRITER_FEATURES`). Either writer commits to a table the other wrote: both keep Delta's log
 protocol, and each table is written by one thread at a time.
 
 A table's first commit is written here, as Spark writes it (see `first_commit`): delta-rs 1.6
@@ -64,8 +64,9 @@ def writable(location: str, names: list[str]) -> Any:
 
 def first_commit(struct: Any, properties: dict[str, str]) -> list[dict[str, Any]]:
     """The actions of a new table's version 0 with the columns `struct` (a Spark StructType), as
-    Spark's `DeltaTable.create` writes them for the same columns and properties: column mapping by name (an id and a physical name for every field,
-    nested ones too), and the table features its properties and types call for."""
+    Spark's `DeltaTable.create` writes them for the same columns and properties: column mapping by
+    name (an id and a physical name for every field, nested ones too), and the table features its
+    properties and types call for."""
     fields, top = _mapped(struct.jsonValue()["fields"], 0)
     now = int(time.time() * 1000)
     configuration = {"delta.enableChangeDataFeed": "false", **properties,
