@@ -48,6 +48,20 @@ def usable(location: str, names: list[str], rows: int, size: int = 0) -> bool:
         and not any("`" in n for n in names)
 
 
+# the reader features delta-rs's SQL engine reads (not type widening: docs/design.md#readers)
+READER_FEATURES = frozenset({"columnMapping", "deletionVectors", "timestampNtz"})
+
+
+def readable(location: str) -> bool:
+    """Whether delta-rs's SQL engine reads the local table at `location` (it has a commit, and no
+    reader feature outside READER_FEATURES)."""
+    from deltalake import DeltaTable
+
+    if ARROW_ROWS <= 0 or not storage.is_local(location) or not storage.has_commit(location):
+        return False
+    return set(DeltaTable(location).protocol().reader_features or []) <= READER_FEATURES
+
+
 def writable(location: str, names: list[str]) -> Any:
     """The delta-rs table at `location`, or None (then Spark writes it) when there is none, when its
     protocol has a writer feature outside WRITER_FEATURES, or when its columns are not `names` (a

@@ -84,6 +84,10 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
         ("spark.sql.session.timeZone", "UTC"),
         ("spark.driver.memory", os.environ.get("BINLAKE_DRIVER_MEMORY", "2g")),
         ("spark.databricks.delta.snapshotPartitions", "2"),
+        # Delta keeps each table's log state it read in the driver (10,000 tables by default): with a
+        # thousand captured tables a restart filled a 2 GB heap (OutOfMemoryError); a table not among
+        # the last 64 read is read again from its log and checkpoint
+        ("spark.databricks.delta.delta.log.cacheSize", "64"),
         ("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false"),
         ("spark.sql.execution.arrow.pyspark.enabled", "true"),
         ("spark.python.worker.reuse", "true"),
