@@ -47,26 +47,25 @@ for _tag in ("null", "bool", "int", "float", "timestamp"):
     _keeps_text(f"tag:yaml.org,2002:{_tag}")
 
 
+def _each(v: Any, scalar: Callable[[_Plain], Any]) -> Any:
+    """`v` with each plain scalar YAML typed replaced by `scalar` of it (mapping keys as written)."""
+    if isinstance(v, _Plain):
+        return scalar(v)
+    if isinstance(v, list):
+        return [_each(x, scalar) for x in v]
+    if isinstance(v, dict):
+        return {written(k): _each(x, scalar) for k, x in v.items()}
+    return v
+
+
 def typed(v: Any) -> Any:
     """`v` as YAML typed it."""
-    if isinstance(v, _Plain):
-        return v.value
-    if isinstance(v, list):
-        return [typed(x) for x in v]
-    if isinstance(v, dict):
-        return {written(k): typed(x) for k, x in v.items()}
-    return v
+    return _each(v, lambda plain: plain.value)
 
 
 def written(v: Any) -> Any:
     """`v` with each scalar as written."""
-    if isinstance(v, _Plain):
-        return v.text
-    if isinstance(v, list):
-        return [written(x) for x in v]
-    if isinstance(v, dict):
-        return {written(k): written(x) for k, x in v.items()}
-    return v
+    return _each(v, lambda plain: plain.text)
 
 
 @dataclass(frozen=True)
@@ -79,14 +78,14 @@ class Kind:
     text: Callable[[str], Any]
 
     def from_file(self, value: Any) -> Any:
-        try:
-            return self.file(value)
-        except (TypeError, ValueError):
-            raise ValueError(self.needs) from None
+        return self._read(self.file, value)
 
     def from_text(self, text: str) -> Any:
+        return self._read(self.text, text)
+
+    def _read(self, reader: Callable[[Any], Any], value: Any) -> Any:
         try:
-            return self.text(text)
+            return reader(value)
         except (TypeError, ValueError):
             raise ValueError(self.needs) from None
 

@@ -24,7 +24,7 @@ private methods of one release, so `install` first checks that release is the on
 (`PINNED`, the pin in pyproject.toml) and refuses another in one line: a later release may rename
 them, change their arguments or read other bytes, and binlake would then decode rows wrongly rather
 than fail. Moving the pin means reading the library's row_event.py, column.py and packet.py against
-`RELIED_ON` and `install`, then updating `PINNED` (tests/unit/test_binlog_types.py fails until then).
+`RELIED_ON` and `install`, then updating `PINNED` (tests/unit/test_mysql_replication_pin.py fails until then).
 """
 
 from __future__ import annotations
