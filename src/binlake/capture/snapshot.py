@@ -147,7 +147,7 @@ class Landing:
         struct = bronze.struct(schema)
         if schema.multiset or not arrow_commit.usable(b, schema.names, splits * ctx.cfg.chunk_size):
             return None
-        created = not storage.has_commit(b) and arrow_commit.create(b, struct, bronze.PROPERTIES)
+        created = arrow_commit.create(b, struct, bronze.PROPERTIES)
         table = arrow_commit.writable(b, struct.fieldNames())
         return None if table is None else cls(table, created)
 

@@ -137,6 +137,8 @@ def _mapped_type(kind: Any, last: int) -> tuple[Any, int]:
 def create(location: str, struct: Any, properties: dict[str, str]) -> bool:
     """Create the empty table at `location` unless one is there: its first commit is put only if no
     other is (a link, which fails on an existing name). Whether this call created it."""
+    if storage.has_commit(location):
+        return False
     log = Path(location) / "_delta_log"
     log.mkdir(parents=True, exist_ok=True)
     staged = log / f".{uuid.uuid4()}.tmp"
@@ -162,7 +164,18 @@ def quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def aliases(names: list[str]) -> tuple[str, str]:
+def merge(table: Any, source: Any, key: list[str]) -> tuple[Any, str, str, dict[str, str]]:
+    """delta-rs's MERGE of the Arrow table `source` into `table`, matched on `key` null-safely: the
+    builder, the target's and the source's aliases, and each source column as a value to set."""
+    names = source.column_names
+    q, (t, s) = quoted, _aliases(names)
+    # each term parenthesised: DataFusion parses `a IS NOT DISTINCT FROM b AND c ...` wrongly
+    on = " AND ".join(f"({t}.{q(k)} IS NOT DISTINCT FROM {s}.{q(k)})" for k in key)
+    builder = table.merge(source, predicate=on, source_alias=s, target_alias=t)
+    return builder, t, s, {q(n): f"{s}.{q(n)}" for n in names if n != "_op"}
+
+
+def _aliases(names: list[str]) -> tuple[str, str]:
     """A MERGE's names for its target and its source, neither a column's name (DataFusion takes a
     column `t` in `t.x` for the table aliased `t`)."""
     mark = "_"

@@ -140,13 +140,10 @@ def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: boo
     if inserts_only:
         arrow_commit.append(table, data.select(names))
         return
-    q, (t, s) = arrow_commit.quoted, arrow_commit.aliases(names)
-    values = {q(n): f"{s}.{q(n)}" for n in names}
-    on = " AND ".join(f"({t}.{q(k)} IS NOT DISTINCT FROM {s}.{q(k)})" for k in schema.key)
+    merge, t, s, values = arrow_commit.merge(table, latest_arrow(data, list(schema.key)).select(names + ["_op"]),
+                                             list(schema.key))
     (
-        table.merge(latest_arrow(data, list(schema.key)).select(names + ["_op"]), predicate=on,
-                    source_alias=s, target_alias=t)
-        .when_matched_delete(predicate=f"{s}._op = 'd' AND {s}._seq > {t}._seq")
+        merge.when_matched_delete(predicate=f"{s}._op = 'd' AND {s}._seq > {t}._seq")
         .when_matched_update(updates=values, predicate=f"{s}._op <> 'd' AND {s}._seq > {t}._seq")
         .when_not_matched_insert(updates=values, predicate=f"{s}._op <> 'd'")
         .execute()
@@ -158,7 +155,7 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str) -> bool:
     created if absent (then the rows are appended), else an insert-only MERGE. False, and nothing
     written, when silver is a table delta-rs does not write (`arrow_commit.writable`)."""
     names = [f.name for f in struct(schema).fields]
-    created = not storage.has_commit(silver) and arrow_commit.create(silver, struct(schema), PROPERTIES)
+    created = arrow_commit.create(silver, struct(schema), PROPERTIES)
     table = arrow_commit.writable(silver, names)
     if table is None:
         return False
@@ -168,10 +165,8 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str) -> bool:
     if created:  # empty until now: nothing to match
         arrow_commit.append(table, rows.select(names))
         return True
-    q, (t, s) = arrow_commit.quoted, arrow_commit.aliases(names)
-    on = " AND ".join(f"({t}.{q(k)} IS NOT DISTINCT FROM {s}.{q(k)})" for k in schema.key)
-    table.merge(rows.select(names), predicate=on, source_alias=s, target_alias=t) \
-        .when_not_matched_insert(updates={q(n): f"{s}.{q(n)}" for n in names}).execute()
+    merge, _, _, values = arrow_commit.merge(table, rows.select(names), list(schema.key))
+    merge.when_not_matched_insert(updates=values).execute()
     return True
 
 
