@@ -32,6 +32,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 from binlake.offsets import BinlogPosition, file_index
 from binlake.schema import TableSchema
 from binlake.source.chunk_reader import ChunkResult
+from binlake.source.connection import Connections
 from binlake.splits import Split
 
 SHIM_SOURCE = Path(__file__).with_name("fsync_delay.c")
@@ -195,7 +196,7 @@ class Writers:
             cur.execute("COMMIT")
 
 
-ReadChunk = Callable[[dict[str, Any], TableSchema, Split, int], ChunkResult]
+ReadChunk = Callable[..., ChunkResult]  # chunk_reader.read_chunk
 
 
 @dataclass
@@ -210,14 +211,16 @@ class Reads:
 def read_chunks(read: ReadChunk, params: dict[str, Any], schema: TableSchema, chunks: list[Split],
                 target: int, server_ids: list[int], deadline: float) -> Reads:
     """Call `read` on the chunks round robin from one thread per server id (each its own binlog
-    replica id) until `target` reads finished or `deadline` (monotonic) passed. A read that raises
-    is recorded and the loop goes on, as a failed chunk is simply read again."""
+    replica id) until `target` reads finished or `deadline` (monotonic) passed. Each thread keeps its
+    connections across its reads, as a snapshot reader does (`Connections`). A read that raises is
+    recorded and the loop goes on, as a failed chunk is simply read again."""
     out = Reads()
     lock = threading.Lock()
     began = time.monotonic()
 
     def loop(n: int, server_id: int) -> None:
         i = n
+        held = Connections(params)
         while time.monotonic() < deadline:
             with lock:
                 if len(out.observed) >= target or len(out.failures) > max(20, target // 10):
@@ -225,13 +228,14 @@ def read_chunks(read: ReadChunk, params: dict[str, Any], schema: TableSchema, ch
             split = chunks[i % len(chunks)]
             i += 1
             try:
-                seen = Observed.of(read(params, schema, split, server_id))
+                seen = Observed.of(read(params, schema, split, server_id, held=held))
             except Exception as exc:
                 with lock:
                     out.failures.append(f"{split.id}: {exc!r}"[:400])
                 continue
             with lock:
                 out.observed.append(seen)
+        held.close()
 
     threads = [threading.Thread(target=loop, args=(n, sid), daemon=True) for n, sid in enumerate(server_ids)]
     for t in threads:

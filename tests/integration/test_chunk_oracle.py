@@ -184,11 +184,11 @@ def test_oracle_catches_a_low_watermark_taken_after_the_select(source: Source,
         lw = pending.position = real_low_watermark(params, conn, dialect, split)
         return lw
 
-    def select(params: dict[str, Any], schema: TableSchema, split: Any, cur: Any = None) -> list[Any]:
-        values = real_select(params, schema, split, cur)
+    def select(schema: TableSchema, split: Any, cur: Any) -> list[Any]:
+        values = real_select(schema, split, cur)
         lw = pending.position
         if lw is not None:
-            with connect(params) as conn:
+            with connect(source.params) as conn:
                 late = Dialect.of(conn).head(conn)
             object.__setattr__(lw, "file", late.file)
             object.__setattr__(lw, "pos", late.pos)

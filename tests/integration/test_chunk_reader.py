@@ -6,9 +6,11 @@ after the read) is the table's state when the read returns."""
 
 from __future__ import annotations
 
-from binlake.source.chunk_reader import Hooks, read_chunk
+import pytest
+
 from binlake.source.catalog import load_schema
-from binlake.source.connection import connect
+from binlake.source.chunk_reader import Hooks, read_chunk
+from binlake.source.connection import Connections, connect
 from binlake.source.dialect import binlog_head, transactions_between
 from binlake.splits import Split
 
@@ -78,3 +80,46 @@ def test_the_binlog_between_two_positions_holds_a_transaction_or_only_file_event
         assert transactions_between(conn, before, rotated)
     finally:
         conn.close()
+
+
+def _opened(dev_db) -> int:  # type: ignore[no-untyped-def]
+    """Connections the server has accepted so far, this look's own included."""
+    return int(fetch(dev_db, "mysql", "SHOW GLOBAL STATUS LIKE 'Connections'")[0][1])
+
+
+def test_a_reader_keeps_its_connections_across_chunks(dev_db, database, monkeypatch):  # type: ignore[no-untyped-def]
+    """A snapshot reader reads its chunks on two held connections (a TLS handshake each where the
+    server offers TLS), lends the control one to the fold's binlog reader, opens them again when the
+    server has dropped them, and after a failed read starts from new ones."""
+    execute(dev_db, database, "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20))",
+            f"INSERT INTO t SELECT seq, 'x' FROM {seq(1, 100)}")
+    p = params(dev_db)
+    schema = load_schema(connect(p), database, "t")
+    chunks = [Split(f"{database}.t", 0, i, (str(i * 20),) if i else None, (str(i * 20 + 20),)) for i in range(5)]
+    held = Connections(p)
+    before = _opened(dev_db)
+    for split in chunks + chunks:  # ids 1 to 100, cut at 20, 40, ...
+        assert len(read_chunk(p, schema, split, server_id=5498, held=held).rows) == (19 if split.index == 0 else 20)
+    assert _opened(dev_db) - before - 1 == 2  # ten reads, no write: the control and the bulk connection
+
+    before = _opened(dev_db)
+    write = Hooks(after_select=lambda: execute(dev_db, database, "UPDATE t SET v = 'folded' WHERE id = 25"))
+    result = read_chunk(p, schema, chunks[1], server_id=5498, hooks=write, held=held)
+    assert result.folded_events == 1 and ("25", "folded") in [(r["id"], r["v"]) for r in result.rows]
+    # the hook's own connection and the binlog dump's: mysql-replication's control connection is lent
+    assert _opened(dev_db) - before - 1 == 2
+
+    monkeypatch.setattr(Connections, "IDLE", 0.0)  # ping before every use
+    for conn in (held.control(), held.bulk()):
+        execute(dev_db, database, f"KILL {conn.thread_id()}")
+    got = read_chunk(p, schema, chunks[2], server_id=5498, held=held)
+    assert sorted(int(r["id"]) for r in got.rows) == list(range(40, 60))
+
+    def fail() -> None:
+        raise RuntimeError("cut off")
+
+    with pytest.raises(RuntimeError, match="cut off"):
+        read_chunk(p, schema, chunks[3], server_id=5498, hooks=Hooks(after_select=fail), held=held)
+    assert not held._held  # both closed: a retry starts from new connections
+    assert len(read_chunk(p, schema, chunks[3], server_id=5498, held=held).rows) == 20
+    held.close()

@@ -23,7 +23,7 @@ from binlake.lake.target import Target
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.catalog import captured_tables, load_schema
-from binlake.source.connection import connect
+from binlake.source.connection import Connections, connect
 from binlake.source.dialect import Dialect, binlog_head
 from binlake.source.identity import Lineage, identify
 
@@ -46,6 +46,7 @@ class Context:
     # bronze tables this process created with their snapshot's rows, which hold no binlog change yet
     _changeless: set[str] = field(init=False, default_factory=set)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)  # for tables read at once
+    _idle: list[Connections] = field(init=False, default_factory=list)  # see `held`
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg)
@@ -67,9 +68,34 @@ class Context:
         if here:
             from binlake.spark.sources import read_here  # deferred as in `session`
 
-            rows = read_here(options)
+            with self.held() as held:
+                rows = read_here(options, held)
             return self.session().createDataFrame(rows) if rows.nbytes <= arrow_commit.ARROW_BYTES else None
         return self.session().read.format("binlake_snapshot").options(**options).load()
+
+    @contextmanager
+    def held(self) -> Iterator[Connections]:
+        """Connections to the source kept across the small tables this process reads one after
+        another (`Connections`: a handshake each saved), one set per read running at once."""
+        params = self.params
+        with self._lock:
+            held = self._idle.pop() if self._idle else None
+        if held is None or held.params != params:  # none idle, or opened before a failover
+            if held is not None:
+                held.close()
+            held = Connections(params)
+        try:
+            yield held
+        finally:
+            with self._lock:
+                self._idle.append(held)
+
+    def release(self) -> None:
+        """Close the connections `held` keeps: the reads they served are over."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for held in idle:
+            held.close()
 
     @property
     def params(self) -> dict[str, Any]:

@@ -97,6 +97,7 @@ def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None =
             for done in [pool.submit(_table, ctx, schema, chosen, apply_silver, progress) for schema, chosen in work]:
                 done.result()
     progress.finish()
+    ctx.release()
 
 
 def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: bool, progress: Progress) -> None:
@@ -250,6 +251,7 @@ class Reading:
         self.pool.shutdown(wait=True, cancel_futures=failed)
         split_state.record(self.ctx.session(), self.ctx.target.split_state, self.done)
         self.progress.finish()
+        self.ctx.release()
         if kind is None:
             for f in self.running:
                 if not f.cancelled():

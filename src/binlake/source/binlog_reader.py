@@ -90,9 +90,11 @@ def split_key_change(change: RowChange, key: tuple[str, ...], same: Callable[[An
     return [replace(change, op="d", after=None), replace(change, op="c", before=None, second_half=True)]
 
 
-def _open(params: dict[str, Any], server_id: int, start: BinlogPosition) -> BinLogStreamReader:
+def _open(params: dict[str, Any], server_id: int, start: BinlogPosition, control: Any = None) -> BinLogStreamReader:
     return BinLogStreamReader(
         connection_settings=settings(params),
+        # the library's control connection is `control` where the caller holds one (a handshake fewer)
+        pymysql_wrapper=binlog_types.connector(control),
         server_id=server_id,
         log_file=start.file,
         log_pos=start.pos,
@@ -122,6 +124,7 @@ def read_changes(
     ddl: bool = False,
     on_reopen: Callable[[], None] | None = None,
     seen: Seen | None = None,
+    control: Any = None,
 ) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
@@ -138,7 +141,9 @@ def read_changes(
     740 was being read, the transaction began at 420 -> reopen at 420, skip events starting before
     740. Before that reopen, `on_reopen()` may refuse a server that no longer holds the history read so
     far (binlake.source.identity): one restarted with a new data directory, say. `seen` collects the
-    GTID of every transaction that starts before `stop`, wanted or not.
+    GTID of every transaction that starts before `stop`, wanted or not. `control`: a PyMySQL
+    connection the caller holds, lent to mysql-replication for its questions to the server (it
+    opens one of its own otherwise).
     """
     reading = _Reading(params, start, stop, wanted, on_position, ddl, seen)
     backoff = Backoff(params, reconnect_timeout)
@@ -154,7 +159,7 @@ def read_changes(
                 backoff.wait(exc, f"reading the binlog at {reading.done}")
                 continue
         lost = False
-        stream = _open(params, server_id, reading.txn_start)
+        stream = _open(params, server_id, reading.txn_start, control)
         try:
             while True:
                 try:

@@ -17,7 +17,9 @@ shifts), and a VECTOR value raises `NotImplementedError`. `install` teaches it:
   by the column's character set (`schema.Column.encode`, `source.charsets`); a codec name that does
   not exist makes the library keep them (its own fallback for a set Python lacks);
 - a MySQL JSON value arrives in its binary form, which `source.mysql_json` prints as the server does
-  (a partial update's diff is left to the library).
+  (a partial update's diff is left to the library);
+- its control connection (the server's name, `binlog_row_metadata`) may be one the caller already
+  holds (`connector`): a connection is a TLS handshake, and a chunk's fold opens a reader each time.
 
 Installed once per process, before the first binlog is read (`binlog_reader` calls it). These are
 private methods of one release, so `install` first checks that release is the one installed
@@ -31,8 +33,12 @@ from __future__ import annotations
 
 import datetime as dt
 from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Callable
 from typing import Any
 
+import pymysql
+from pymysql.cursors import DictCursor
+from pymysqlreplication import binlogstream as _binlogstream
 from pymysqlreplication import column as _column
 from pymysqlreplication import row_event as _row_event
 from pymysqlreplication.bitmap import BitGet
@@ -62,6 +68,8 @@ RELIED_ON: dict[tuple[type, str], tuple[str, ...]] = {
     (BinLogPacketWrapper, "read_binary_json"): ("self", "size", "is_partial"),
     (BinLogPacketWrapper, "read_length_coded_pascal_string"): ("self", "size"),
     (BinLogPacketWrapper, "read_uint_by_size"): ("self", "size"),
+    # opens the control connection through `pymysql_wrapper` with cursorclass=DictCursor (`connector`)
+    (_binlogstream.BinLogStreamReader, "_BinLogStreamReader__connect_to_ctl"): ("self",),
 }
 
 
@@ -89,6 +97,37 @@ def check_version(found: str | None = None) -> None:
             f"{PACKAGE} is {found} here; binlake needs {PACKAGE} {PINNED} exactly (it adjusts private methods of "
             f"that release to decode row events): pip install '{PACKAGE}=={PINNED}'"
         )
+
+
+def connector(control: Any) -> Callable[..., Any]:
+    """The `pymysql_wrapper` a `BinLogStreamReader` opens its connections with: PyMySQL's connect for
+    the dump, and for the library's control connection `control`, lent, where the caller holds one.
+    The library opens that one alone with `cursorclass=DictCursor` (`__connect_to_ctl`), asks it the
+    server's name and `binlog_row_metadata` (column names too, were they missing from the table maps:
+    binlake's validation requires them), and closes it with the reader: a lent one stays open."""
+    def opened(**settings: Any) -> Any:
+        if control is not None and settings.get("cursorclass") is DictCursor:
+            return _Lent(control)
+        return pymysql.connect(**settings)
+
+    return opened
+
+
+class _Lent:
+    """A connection lent to mysql-replication as its control connection: dict cursors, as the library
+    asks for, and a `close` that leaves it open for its holder."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def cursor(self) -> Any:
+        return self._conn.cursor(DictCursor)
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
 
 
 def _date(k: int) -> dt.date | str:

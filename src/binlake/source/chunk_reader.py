@@ -21,6 +21,7 @@ import logging
 import operator
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from binlake.keys import KeyOrder, range_predicate
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema, qualified
 from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
-from binlake.source.connection import DEFAULT_READ_TIMEOUT, bulk_connect, connect, select_rows
+from binlake.source.connection import DEFAULT_READ_TIMEOUT, Connections
 from binlake.source.dialect import Dialect
 from binlake.source.schema_changes import Guard
 from binlake.splits import Split
@@ -100,9 +101,25 @@ def encode_columns(schema: TableSchema, values: list[tuple[Any, ...]]) -> list[l
         raise
 
 
-def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split) -> list[list[str | None]]:
+def select_chunk(params: dict[str, Any], schema: TableSchema, split: Split,
+                 held: Connections | None = None) -> list[list[str | None]]:
     """The chunk's rows as they are now, encoded, by column: no watermarks."""
-    return encode_columns(schema, select_rows(params, *_chunk_query(schema, split)))
+    with _holding(params, held) as conns:
+        return encode_columns(schema, _select(schema, split, conns.bulk().cursor()))
+
+
+@contextmanager
+def _holding(params: dict[str, Any], held: Connections | None) -> Iterator[Connections]:
+    """`held`, reset when the read fails; or connections of the read's own, closed after it."""
+    conns = held or Connections(params)
+    try:
+        yield conns
+    except BaseException:
+        conns.reset()
+        raise
+    finally:
+        if held is None:
+            conns.close()
 
 
 def read_chunk(
@@ -112,19 +129,18 @@ def read_chunk(
     server_id: int,
     hooks: Hooks | None = None,
     dialect: Dialect | None = None,
+    held: Connections | None = None,
 ) -> ChunkResult:
     """The chunk's exact state at its high watermark: a settled LW (the server's exact method, see
-    `binlake.source.dialect`), the SELECT, HW and the fold of LW..HW."""
+    `binlake.source.dialect`), the SELECT, HW and the fold of LW..HW. A reader of many chunks passes
+    the connections it `held` across them (`Connections`); without, the read opens its own."""
     hooks = hooks or Hooks()
     began = time.monotonic()
-    conn = connect(params)
-    try:
-        dialect = dialect or Dialect.of(conn)
+    with _holding(params, held) as conns:
+        dialect = dialect or Dialect.of(conns.control())
         if schema.multiset:
-            return read_multiset_chunk(params, conn, dialect, schema, split, server_id, hooks, began)
-        result = _folded_read(params, conn, dialect, schema, split, server_id, hooks)
-    finally:
-        conn.close()
+            return read_multiset_chunk(params, conns, dialect, schema, split, server_id, hooks, began)
+        result = _folded_read(params, conns, dialect, schema, split, server_id, hooks)
     result.seconds = time.monotonic() - began
     return result
 
@@ -138,7 +154,7 @@ def _low_watermark(params: dict[str, Any], conn: Any, dialect: Dialect, split: S
     return lw
 
 
-def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+def _fold_window(params: dict[str, Any], conns: Connections, schema: TableSchema, split: Split,
                  server_id: int, lw: BinlogPosition, hw: BinlogPosition,
                  values: list[Any]) -> tuple[list[Any], int]:
     """The SELECT's rows with every row change of the chunk between LW and HW replayed on them."""
@@ -146,9 +162,10 @@ def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Ta
     if not hw > lw:
         return values, 0
     folded = 0
+    conn = conns.control()
     guard = Guard.on({schema.name: schema}, conn)
     changes = []
-    for change in _changes(params, schema, server_id, lw, hw, dialect, ddl=True):
+    for change in _changes(params, conn, schema, server_id, lw, hw, ddl=True):
         if not isinstance(change, RowChange):
             guard.check(change)
             continue
@@ -160,14 +177,15 @@ def _fold_window(params: dict[str, Any], conn: Any, dialect: Dialect, schema: Ta
     return values, folded
 
 
-def _between_watermarks(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
-                        hooks: Hooks) -> tuple[BinlogPosition, list[Any], BinlogPosition]:
+def _between_watermarks(params: dict[str, Any], conns: Connections, dialect: Dialect, schema: TableSchema,
+                        split: Split, hooks: Hooks) -> tuple[BinlogPosition, list[Any], BinlogPosition]:
     """A settled LW, the chunk's SELECT and HW, with the tests' hooks between them."""
+    conn = conns.control()
     lw = _low_watermark(params, conn, dialect, split)
     faults.point("after_low_watermark", split.id)
     if hooks.after_low_watermark:
         hooks.after_low_watermark()
-    values = _select_rows(params, dialect, schema, split)
+    values = _select_rows(conns.bulk(), dialect, schema, split)
     log.debug("split %s: selected %d rows", split.id, len(values))
     if hooks.after_select:
         hooks.after_select()
@@ -178,10 +196,10 @@ def _between_watermarks(params: dict[str, Any], conn: Any, dialect: Dialect, sch
     return lw, values, hw
 
 
-def _folded_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+def _folded_read(params: dict[str, Any], conns: Connections, dialect: Dialect, schema: TableSchema, split: Split,
                  server_id: int, hooks: Hooks) -> ChunkResult:
-    lw, values, hw = _between_watermarks(params, conn, dialect, schema, split, hooks)
-    values, folded = _fold_window(params, conn, dialect, schema, split, server_id, lw, hw, values)
+    lw, values, hw = _between_watermarks(params, conns, dialect, schema, split, hooks)
+    values, folded = _fold_window(params, conns, schema, split, server_id, lw, hw, values)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), folded_events=folded)
 
 
@@ -198,30 +216,23 @@ def _folded(schema: TableSchema, values: list[tuple[Any, ...]], member: Membersh
     return [tuple(row.get(n) for n in names) for row in buffer.values()]
 
 
-def _select_rows(params: dict[str, Any], dialect: Dialect, schema: TableSchema, split: Split) -> list[Any]:
-    """The chunk's rows, selected after the settled LW: on a connection of its own, in a consistent
-    snapshot where the dialect asks for one (MariaDB)."""
+def _select_rows(bulk: Any, dialect: Dialect, schema: TableSchema, split: Split) -> list[Any]:
+    """The chunk's rows, selected after the settled LW on the bulk connection (not the one the
+    watermarks are taken on), in a consistent snapshot where the dialect asks for one (MariaDB)."""
+    cur = bulk.cursor()
     if not dialect.snapshot_select:
-        return _select(params, schema, split)
-    conn = bulk_connect(params)
-    try:
-        cur = conn.cursor()
-        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        try:
-            return _select(params, schema, split, cur)
-        finally:
-            cur.execute("COMMIT")
-    finally:
-        conn.close()
+        return _select(schema, split, cur)
+    cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+    rows = _select(schema, split, cur)
+    cur.execute("COMMIT")
+    return rows
 
 
-def _select(params: dict[str, Any], schema: TableSchema, split: Split, cur: Any = None) -> list[Any]:
-    """The chunk's rows, on `cur` or a connection of its own. A column or the table gone (changed
-    since the snapshot began) is a schema change."""
+def _select(schema: TableSchema, split: Split, cur: Any) -> list[Any]:
+    """The chunk's rows, on `cur`. A column or the table gone (changed since the snapshot began) is a
+    schema change."""
     try:
-        if cur is None:
-            return select_rows(params, *_chunk_query(schema, split))
         cur.execute(*_chunk_query(schema, split))
         return list(cur.fetchall())
     except UnicodeDecodeError:  # the driver decodes text: which row it was, it does not say
@@ -247,18 +258,18 @@ def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
     return f"SELECT {schema.select_list()} FROM {table} WHERE {where}", args
 
 
-def _changes(params: dict[str, Any], schema: TableSchema, server_id: int, lw: BinlogPosition,
-             hw: BinlogPosition, dialect: Dialect, ddl: bool = False) -> Iterator[Any]:
+def _changes(params: dict[str, Any], conn: Any, schema: TableSchema, server_id: int, lw: BinlogPosition,
+             hw: BinlogPosition, ddl: bool = False) -> Iterator[Any]:
     return read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
-                        ddl=ddl)
+                        ddl=ddl, control=conn)
 
 
 # chunk reads of a key-less table, before giving up
 MULTISET_ATTEMPTS = 20
 
 
-def read_multiset_chunk(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
-                        server_id: int, hooks: Hooks, began: float) -> ChunkResult:
+def read_multiset_chunk(params: dict[str, Any], conns: Connections, dialect: Dialect, schema: TableSchema,
+                        split: Split, server_id: int, hooks: Hooks, began: float) -> ChunkResult:
     """A chunk of a table whose rows have no identity but their values (no primary key, a chunk key
     that may repeat), read as the exact state at one binlog position.
 
@@ -267,19 +278,19 @@ def read_multiset_chunk(params: dict[str, Any], conn: Any, dialect: Dialect, sch
     HW, and read again until no row event of the table between them touches the chunk (its SELECT
     then is the state at HW).
     """
-    lw, hw, values = _quiet_read(params, conn, dialect, schema, split, server_id, hooks)
+    lw, hw, values = _quiet_read(params, conns, dialect, schema, split, server_id, hooks)
     log.debug("split %s: %d rows at %s", split.id, len(values), hw)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), time.monotonic() - began)
 
 
-def _quiet_read(params: dict[str, Any], conn: Any, dialect: Dialect, schema: TableSchema, split: Split,
+def _quiet_read(params: dict[str, Any], conns: Connections, dialect: Dialect, schema: TableSchema, split: Split,
                 server_id: int, hooks: Hooks) -> tuple[BinlogPosition, BinlogPosition, list[Any]]:
-    member = Membership(KeyOrder(schema, conn), split)
+    member = Membership(KeyOrder(schema, conns.control()), split)
     for attempt in range(1, MULTISET_ATTEMPTS + 1):
-        lw, values, hw = _between_watermarks(params, conn, dialect, schema, split, hooks)
+        lw, values, hw = _between_watermarks(params, conns, dialect, schema, split, hooks)
         if hw == lw or not any(
             (c.before is not None and c.before in member) or (c.after is not None and c.after in member)
-            for c in _changes(params, schema, server_id, lw, hw, dialect)
+            for c in _changes(params, conns.control(), schema, server_id, lw, hw)
         ):
             return lw, hw, values
         log.info("split %s: rows of the chunk changed between %s and %s (attempt %d); reading it again",

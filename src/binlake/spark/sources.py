@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from binlake.lake.bronze import flat_changes
 from binlake.schema import TableSchema
 from binlake.source.chunk_reader import read_chunk, select_chunk
+from binlake.source.connection import Connections
 from binlake.source.dialect import Dialect
 from binlake.source.reconnect import retrying
 from binlake.spark.batches import (
@@ -51,8 +52,15 @@ class SnapshotReader(DataSourceReader):
         return [ChunkSlot(i, ids[i], splits[i::slots]) for i in range(slots)]
 
     def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
-        import pyarrow as pa
+        held = Connections(connection_params(self.options))
+        try:
+            yield from self.read_held(partition, held)
+        finally:
+            held.close()
 
+    def read_held(self, partition: ChunkSlot, held: Connections) -> Iterator[Any]:
+        """The slot's chunks, read one after another on the connections `held` across them."""
+        import pyarrow as pa
 
         job = json.loads(self.options["job"])
         params = connection_params(self.options)
@@ -65,11 +73,12 @@ class SnapshotReader(DataSourceReader):
         for raw in partition.splits:
             split = Split.from_dict(raw)
             if job.get("plain"):
-                columns, seq, file, pos, lw = select_chunk(params, schema, split), None, None, None, None
+                columns, seq, file, pos, lw = select_chunk(params, schema, split, held), None, None, None, None
             else:
                 # a chunk read is idempotent: one cut off by a lost connection is read again whole
                 result = retrying(params, patience, f"reading chunk {split.id}",
-                                  lambda: read_chunk(params, schema, split, partition.server_id, dialect=dialect))
+                                  lambda: read_chunk(params, schema, split, partition.server_id, dialect=dialect,
+                                                     held=held))
                 columns, seq, lw = result.columns, decimal.Decimal(result.hw.seq(0)), str(result.lw)
                 file, pos = result.hw.file, result.hw.pos
             for begin, end in _parts(columns, wide):
@@ -101,14 +110,15 @@ def _parts(columns: list[list[Any]], wide: list[int]) -> Iterator[tuple[int, int
             yield begin, end
 
 
-def read_here(options: dict[str, str]) -> Any:
-    """What a `binlake_snapshot` job with these options reads, read in this process, slot after slot:
-    a pyarrow Table of `flat_changes` rows. For a small table the read is milliseconds, and a Spark
-    job's Python workers cost a second."""
+def read_here(options: dict[str, str], held: Connections) -> Any:
+    """What a `binlake_snapshot` job with these options reads, read in this process, slot after slot,
+    on the connections `held` (across the small tables the caller reads): a pyarrow Table of
+    `flat_changes` rows. For a small table the read is milliseconds, and a Spark job's Python workers
+    cost a second."""
     import pyarrow as pa
 
     reader = SnapshotReader(options)
-    return pa.Table.from_batches([batch for slot in reader.partitions() for batch in reader.read(slot)])
+    return pa.Table.from_batches([batch for slot in reader.partitions() for batch in reader.read_held(slot, held)])
 
 
 class SnapshotSource(DataSource):
