@@ -1,8 +1,10 @@
-"""What every benchmark section shares: the private MariaDB, the TPC-DS `customer` table, binlake
-configurations, and timed runs of the real `binlake` CLI with the memory of its whole process tree.
+"""What every benchmark section shares: the private servers, the TPC-DS `customer` table, binlake
+configurations, and timed runs of the real `binlake` CLI with the memory and CPU time of its whole
+process tree.
 
-The benchmark's server lives in `.binlake/bench-mariadb` (its own port), so the test suite's and the
-demo's servers are never disturbed; lakes, configurations and CLI logs go under `.binlake/bench`.
+The benchmark's servers live in `.binlake/bench-mariadb` and `.binlake/bench-mysql` (ports of their
+own), so the test suite's and the demo's servers are never disturbed; lakes, configurations and CLI
+logs go under `.binlake/bench`.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ LAST = "'Smith','Johnson','Williams','Brown','Jones','Garcia','Miller','Davis','
 
 
 def customer_select(first_key: str, seq_table: str) -> str:
-    """A SELECT producing TPC-DS-shaped customer rows from a seq_1_to_N table; `first_key` is an SQL
+    """A SELECT producing TPC-DS-shaped customer rows from a table of numbers (`Source.numbers`); `first_key` is an SQL
     expression of `seq` giving c_customer_sk. Values vary per row and about 3% of nullable ones are NULL,
     roughly like dsdgen's output."""
     k = first_key
@@ -84,19 +86,50 @@ FROM {seq_table}"""
 
 @dataclass
 class Source:
-    """The running benchmark server."""
+    """A running benchmark server: MariaDB or MySQL."""
 
     port: int
     db: Any = None
+    server: str = "mariadb"
+
+    @property
+    def key(self) -> str:
+        """The suffix of this server's sections in the results: none for MariaDB, `-mysql` for MySQL."""
+        return "" if self.server == "mariadb" else f"-{self.server}"
 
     def connect(self, database: str | None = None) -> pymysql.connections.Connection:
         return pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=database,
                                autocommit=True, charset="utf8mb4")
 
+    def numbers(self, n: int) -> str:
+        """A table of the whole numbers 1 to `n` in a column `seq`, for a FROM clause: MariaDB's Sequence
+        engine, or a recursive CTE on MySQL (`execute` lifts its recursion limit)."""
+        if self.server == "mariadb":
+            return f"seq_1_to_{n}"
+        return f"(WITH RECURSIVE s (seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM s WHERE seq < {n}) SELECT seq FROM s) AS n"
+
+    def tool(self, name: str) -> list[str]:
+        """How to run a client program of this server (`mysql`, `mysqlbinlog`): MySQL's from its private
+        root through the root's own loader, as binlake's dev-db runs mysqld; MariaDB's own names."""
+        if self.server == "mariadb":
+            return [{"mysql": "mariadb", "mysqlbinlog": "mariadb-binlog"}[name]]
+        from binlake.commands.devdb import mysql_root
+
+        root = mysql_root()
+        return [str(root / "lib64" / "ld-linux-x86-64.so.2"), "--library-path",
+                str(root / "usr" / "lib" / "x86_64-linux-gnu"), str(root / "usr" / "bin" / name)]
+
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used so far."""
+        t = psutil.Process(self.db.pid()).cpu_times()
+        return t.user + t.system
+
     def execute(self, *statements: str, database: str | None = None, log_bin: bool = True) -> list[int]:
         """Run statements on one connection; returns the affected row count of each."""
         counts = []
         with self.connect(database) as conn, conn.cursor() as cur:
+            if self.server == "mysql":
+                cur.execute("SET SESSION cte_max_recursion_depth = 100000000")
             if not log_bin:
                 cur.execute("SET SESSION sql_log_bin = 0")
             for s in statements:
@@ -111,7 +144,7 @@ class Source:
 
     def position(self) -> tuple[str, int]:
         with self.connect() as conn, conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
+            cur.execute("SHOW MASTER STATUS" if self.server == "mariadb" else "SHOW BINARY LOG STATUS")
             f, p = cur.fetchone()[:2]
             return str(f), int(p)
 
@@ -125,7 +158,7 @@ def start_source(server: str = "mariadb", name: str = "bench") -> Source:
 
     db = DevDb(datadir=DATADIR.with_name(f"{name}-{server}"), server_id=1, server=server)  # type: ignore[arg-type]
     port = db.start()
-    return Source(port, db)
+    return Source(port, db, server)
 
 
 def stop_source(source: Source) -> None:
@@ -142,7 +175,7 @@ def create_customer(source: Source, database: str, rows: int, table: str = "cust
     step = 500_000  # one statement per half million rows keeps each transaction's undo log modest
     for lo in range(0, rows, step):
         n = min(step, rows - lo)
-        source.execute(f"INSERT INTO {table} {customer_select(f'(seq + {lo})', f'seq_1_to_{n}')}",
+        source.execute(f"INSERT INTO {table} {customer_select(f'(seq + {lo})', source.numbers(n))}",
                        database=database, log_bin=False)
     source.execute(f"ANALYZE TABLE {table}", database=database, log_bin=False)
     return time.monotonic() - began
@@ -177,6 +210,7 @@ class TreeSampler:
         self.peak_bytes = 0
         self.peak_pss_bytes = 0
         self.peak_parts: dict[str, float] = {}
+        self.cpu: dict[int, float] = {}  # pid -> CPU seconds (user + system) at its last sample
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -204,6 +238,8 @@ class TreeSampler:
                 try:
                     info = p.memory_full_info()
                     kind = _kind(p)
+                    t = p.cpu_times()
+                    self.cpu[p.pid] = t.user + t.system
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
                 total += info.rss
@@ -219,6 +255,12 @@ class TreeSampler:
     @property
     def peak_mb(self) -> float:
         return round(self.peak_bytes / 2**20, 1)
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of the whole tree, as last sampled per process (a process's last interval before
+        it ended is missed: Spark's Python workers live as long as the JVM)."""
+        return round(sum(self.cpu.values()), 1)
 
     @property
     def peak_pss_mb(self) -> float:
@@ -246,6 +288,7 @@ class CliRun:
     peak_pss_mb: float
     log: Path
     output: str = field(repr=False, default="")
+    cpu_s: float = 0.0
 
     def check(self) -> CliRun:
         if self.returncode != 0:
@@ -275,7 +318,7 @@ def run_cli(args: list[str], log: Path, timeout: float = 3600) -> CliRun:
                 rc = -9
         wall = time.monotonic() - began
     return CliRun(args, rc, wall, sampler.peak_mb, sampler.peak_parts, sampler.peak_pss_mb, log,
-                  log.read_text(errors="replace"))
+                  log.read_text(errors="replace"), sampler.cpu_s)
 
 
 def stop_group(proc: subprocess.Popen[Any], grace: float = 60.0, leader_first: bool = False) -> dict[str, Any]:

@@ -110,7 +110,7 @@ class SilverWatcher:
             self.next_version += 1
 
 
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO binlake\.spark\.streaming: batch (\d+): \{[^:]*: (\d+)", re.M)
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO binlake\.capture\.micro_batch: batch (\d+): \{[^:]*: (\d+)", re.M)
 
 
 def batch_stats(text: str) -> dict[str, Any]:
@@ -139,16 +139,17 @@ def wait_for(predicate: Any, timeout: float, what: str, proc: subprocess.Popen[A
     raise RuntimeError(f"{what} did not happen within {timeout:.0f}s; log {log}")
 
 
-def run(source: Source) -> dict[str, Any]:
+def run(source: Source, rate: int) -> dict[str, Any]:
+    """`binlake run` under a writer of `rate` rows a second for BENCH_LATENCY_SECONDS (60)."""
     began = time.monotonic()
-    rate = env_int("BENCH_LATENCY_RATE", 200)
     seconds = env_int("BENCH_LATENCY_SECONDS", 60)
     source.execute(f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}")
     source.execute(f"CREATE TABLE {TABLE} (id INT PRIMARY KEY, committed DATETIME(6) NOT NULL, note VARCHAR(32))",
                    database=DATABASE)
-    cfg, lake = write_config("latency", source, [rf"{DATABASE}\.{TABLE}"])
+    name = f"latency-{rate}{source.key}"
+    cfg, lake = write_config(name, source, [rf"{DATABASE}\.{TABLE}"])
     watcher = SilverWatcher(lake / "silver" / f"{DATABASE}__{TABLE}")
-    log = WORK / "latency" / "run.log"
+    log = WORK / name / "run.log"
     out_file = open(log, "w")
     proc = subprocess.Popen([*BINLAKE, "-v", "run", "-c", str(cfg)], cwd=ROOT, env=cli_env(), stdout=out_file,
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -190,7 +191,13 @@ def run(source: Source) -> dict[str, Any]:
     committed = writer.committed
     in_commit = [watcher.committed[i] - committed[i] for i in committed if i in watcher.committed]
     seen = [watcher.seen[i] - committed[i] for i in committed if i in watcher.seen]
+    # a stream that keeps up has the same latency at the end of the run as at its start
+    tenth = max(1, len(committed) // 6)
+    ids = sorted(committed)
+    first = [watcher.committed[i] - committed[i] for i in ids[:tenth] if i in watcher.committed]
+    last = [watcher.committed[i] - committed[i] for i in ids[-tenth:] if i in watcher.committed]
     return {
+        "server": source.version(),
         "writer_rate_rows_per_s": rate,
         "writer_seconds": seconds,
         "rows_written": len(committed),
@@ -199,6 +206,8 @@ def run(source: Source) -> dict[str, Any]:
         "poll_interval_s": POLL_S,
         **summary(in_commit, len(committed)),
         **summary(seen, len(committed), "seen_"),
+        "p99_first_sixth_s": percentile(first, 0.99),
+        "p99_last_sixth_s": percentile(last, 0.99),
         "run_ready_s": round(ready_s, 1),
         **batch_stats(log.read_text(errors="replace")),
         "stop": stopped,

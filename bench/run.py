@@ -1,9 +1,13 @@
 """binlake's benchmark: `make bench`, or `python bench/run.py [--only SECTION ...]`.
 
 Sections, each measured against a baseline taken in the same run:
-  snapshot  `binlake snapshot` of a TPC-DS customer table vs one raw SELECT * (mysqlclient, mariadb -B)
-  stream    `binlake stream --until-caught-up` over a burst of changes vs `mariadb-binlog -v`
-  latency   commit-to-silver latency under a steady writer while `binlake run` streams
+  snapshot  `binlake snapshot` of a TPC-DS customer table vs one raw SELECT * (mysqlclient, the server's
+            own client), on MariaDB and on MySQL (`snapshot-mysql`, with its ratio to MariaDB's)
+  stream    `binlake stream --until-caught-up` over a burst of changes vs the server's `mysqlbinlog -v`,
+            on both servers
+  latency   commit-to-silver latency under a steady writer while `binlake run` streams, at
+            BENCH_LATENCY_RATE (200 rows/s: `latency`) and BENCH_LATENCY_HIGH_RATE (2,000: `latency-high`),
+            on both servers
   floor     binlake's own Delta writes of the snapshot's rows and the stream's changes, already in the JVM:
             the best rate (and latency) these writes allow here, against the same baselines
   memory    peak RSS of the snapshot at 1x and 5x rows
@@ -13,10 +17,13 @@ Sections, each measured against a baseline taken in the same run:
 
 Sizes: BENCH_ROWS (default 1,000,000), BENCH_STREAM_CHANGES (500,000), BENCH_MEMORY_ROWS (the memory
 section's small size, default BENCH_ROWS), BENCH_LATENCY_RATE (200 rows/s), BENCH_LATENCY_SECONDS (60),
-BENCH_TABLES (1,000) and BENCH_TABLE_ROWS (100) for many-tables, BENCH_MANY_SERVERS (mariadb,mysql).
+BENCH_TABLES (1,000) and BENCH_TABLE_ROWS (100) for many-tables, BENCH_MANY_SERVERS (mariadb,mysql),
+BENCH_SERVERS (mariadb,mysql) for snapshot, stream and latency.
 Writes bench/results/latest.json, report.md and chart.png. A run of some sections replaces those
-sections in latest.json and keeps the others (each section records when it was measured).
-The benchmark uses its own MariaDB in .binlake/bench-mariadb and stops it at the end.
+sections in latest.json and keeps the others (each section records when it was measured). MySQL's
+figures are the sections named with `-mysql`.
+The benchmark uses its own servers in .binlake/bench-mariadb and .binlake/bench-mysql and stops them
+at the end.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ import snapshot  # noqa: E402
 import stream  # noqa: E402
 
 SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables")
+# sections measured on each of BENCH_SERVERS; the others on MariaDB alone
+ON_EACH_SERVER = ("snapshot", "stream", "latency")
 
 
 def now() -> str:
@@ -78,52 +87,84 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = json.loads(latest.read_text()) if args.only and latest.exists() else {}
 
     began = time.monotonic()
-    print(f"bench: {', '.join(wanted)} at BENCH_ROWS={rows:,}; private MariaDB in {harness.DATADIR}", flush=True)
-    source = harness.start_source()
+    servers = [x for x in os.environ.get("BENCH_SERVERS", "mariadb,mysql").split(",") if x]
+    print(f"bench: {', '.join(wanted)} at BENCH_ROWS={rows:,} on {', '.join(servers)}", flush=True)
+    sources: dict[str, harness.Source] = {}
+
+    def source_of(server: str) -> harness.Source:
+        if server not in sources:
+            sources[server] = harness.start_source(server)
+        return sources[server]
+
     meta = {
-        "started": now(), "rows": rows, "sections": wanted, "cpus": os.cpu_count(),
+        "started": now(), "rows": rows, "sections": wanted, "servers": servers, "cpus": os.cpu_count(),
         "memory_gb": round(__import__("psutil").virtual_memory().total / 2**30, 1),
-        "load_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg()), "mariadb": source.version(),
+        "load_at_start": " ".join(f"{x:.1f}" for x in os.getloadavg()),
         "python": platform.python_version(), "commit": commit(),
     }
-    snap_run: snapshot.SnapshotRun | None = None
+    snap_runs: dict[str, snapshot.SnapshotRun] = {}
+    this_run: dict[str, Any] = {}  # the figures measured in this run: MySQL's ratios are to these
     try:
         for name in wanted:
-            t0 = time.monotonic()
-            print(f"bench: {name} ...", flush=True)
-            try:
-                if name == "snapshot":
-                    out, snap_run = snapshot.run(source, rows)
-                elif name == "stream":
-                    out = stream.run(source, rows, snap_run)
-                elif name == "floor":
-                    out = floor.run(source, results)
-                elif name == "latency":
-                    out = latency.run(source)
-                elif name == "memory":
-                    out = memory.run(source, rows, snap_run.figures if snap_run else None)
-                elif name == "many-tables":
-                    servers = tuple(os.environ.get("BENCH_MANY_SERVERS", "mariadb,mysql").split(","))
-                    out = many_tables.run(harness.env_int("BENCH_TABLES", 1000), harness.env_int("BENCH_TABLE_ROWS", 100),
-                                          servers)
-                else:
-                    out = peer.run(source, rows)
-            except Exception as exc:  # one failed section must not lose the others' figures
-                traceback.print_exc()
-                out = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
-            out["measured_at"] = now()
-            out["rows_setting"] = rows
-            results[name] = out
-            print(f"bench: {name} done in {time.monotonic() - t0:.0f}s: "
-                  + json.dumps({k: v for k, v in out.items() if not isinstance(v, (list, dict))})[:600], flush=True)
+            for server in (servers if name in ON_EACH_SERVER else ["mariadb"]):
+                this_run.update(measure(name, source_of(server), rows, results, this_run, snap_runs))
+                results.update(this_run)
+        meta["versions"] = {server: source.version() for server, source in sources.items()}
     finally:
-        harness.stop_source(source)
+        for source in sources.values():
+            harness.stop_source(source)
     meta.update(finished=now(), duration_s=round(time.monotonic() - began, 1),
                 load_at_end=" ".join(f"{x:.1f}" for x in os.getloadavg()))
     results["meta"] = meta
     results["targets"] = report.check_targets(results)
     write_outputs(results)
     return 0
+
+
+def measure(name: str, source: harness.Source, rows: int, results: dict[str, Any], this_run: dict[str, Any],
+            snap_runs: dict[str, snapshot.SnapshotRun]) -> dict[str, dict[str, Any]]:
+    """One section on one server: its figures by their key in the results (`snapshot`, `snapshot-mysql`;
+    the latency section gives `latency` and `latency-high`)."""
+    if name == "latency":
+        return {**measured("latency" + source.key,
+                           lambda: latency.run(source, harness.env_int("BENCH_LATENCY_RATE", 200)), rows),
+                **measured("latency-high" + source.key,
+                           lambda: latency.run(source, harness.env_int("BENCH_LATENCY_HIGH_RATE", 2000)), rows)}
+
+    def section() -> dict[str, Any]:
+        if name == "snapshot":
+            out, snap_runs[source.server] = snapshot.run(source, rows, this_run.get("snapshot"))
+            return out
+        if name == "stream":
+            return stream.run(source, rows, snap_runs.get(source.server), this_run.get("stream"))
+        if name == "floor":
+            return floor.run(source, results)
+        if name == "memory":
+            mariadb = snap_runs.get("mariadb")
+            return memory.run(source, rows, mariadb.figures if mariadb else None)
+        if name == "many-tables":
+            servers = tuple(os.environ.get("BENCH_MANY_SERVERS", "mariadb,mysql").split(","))
+            return many_tables.run(harness.env_int("BENCH_TABLES", 1000), harness.env_int("BENCH_TABLE_ROWS", 100),
+                                   servers)
+        return peer.run(source, rows)
+
+    return measured(name + source.key, section, rows)
+
+
+def measured(key: str, section: Any, rows: int) -> dict[str, dict[str, Any]]:
+    """`section()`'s figures under `key`, or the error it failed with."""
+    t0 = time.monotonic()
+    print(f"bench: {key} ...", flush=True)
+    try:
+        out = section()
+    except Exception as exc:  # one failed section must not lose the others' figures
+        traceback.print_exc()
+        out = {"error": f"{type(exc).__name__}: {str(exc)[:1500]}"}
+    out["measured_at"] = now()
+    out["rows_setting"] = rows
+    print(f"bench: {key} done in {time.monotonic() - t0:.0f}s: "
+          + json.dumps({k: v for k, v in out.items() if not isinstance(v, (list, dict))})[:600], flush=True)
+    return {key: out}
 
 
 def write_outputs(results: dict[str, Any]) -> None:

@@ -1,9 +1,12 @@
-"""Snapshot throughput: `binlake snapshot` of the customer table against one raw `SELECT *`.
+"""Snapshot throughput: `binlake snapshot` of the customer table against one raw `SELECT *`, on each
+server (MariaDB, then MySQL: the same rows, the same settings).
 
 The baseline is the fastest C-backed client here: mysqlclient (MySQLdb, unbuffered SSCursor) and the
-`mariadb` command-line client, each the best of two runs. binlake's figure is the wall time of the
-whole CLI process (JVM start, planning, reading, bronze and silver), and also the pipeline's own
-in-process snapshot time from its `-v` log.
+server's own command-line client (`mariadb -B`, `mysql -B`), each the best of two runs. binlake's
+figure is the wall time of the whole CLI process (JVM start, planning, reading, bronze and silver), and
+also the pipeline's own in-process snapshot time from its `-v` log; `cpu_s_per_1m_rows` is the CPU
+time of binlake's whole process tree (CLI, JVM, Python workers) per million rows, and
+`server_cpu_s_per_1m_rows` the server's own during the run.
 """
 
 from __future__ import annotations
@@ -52,9 +55,9 @@ def scan_mysqlclient(source: Source, database: str, table: str) -> tuple[int, fl
         conn.close()
 
 
-def scan_mariadb_cli(source: Source, database: str, table: str) -> float:
+def scan_cli(source: Source, database: str, table: str) -> float:
     began = time.monotonic()
-    subprocess.run(["mariadb", "-h", "127.0.0.1", "-P", str(source.port), "-u", "root", "-B", "-e",
+    subprocess.run([*source.tool("mysql"), "-h", "127.0.0.1", "-P", str(source.port), "-u", "root", "-B", "-e",
                     f"SELECT * FROM `{database}`.`{table}`"], stdout=subprocess.DEVNULL, check=True)
     return time.monotonic() - began
 
@@ -67,12 +70,12 @@ def baseline(source: Source, database: str, table: str, rows: int) -> dict[str, 
         if n != rows:
             raise RuntimeError(f"mysqlclient read {n} rows of {database}.{table}, expected {rows}")
         mc.append(rate(n, secs))
-    cli = [rate(rows, scan_mariadb_cli(source, database, table)) for _ in range(2)]
+    cli = [rate(rows, scan_cli(source, database, table)) for _ in range(2)]
     best = max(max(mc), max(cli))
     return {
         "mysqlclient_sscursor_rows_per_s": max(mc),
-        "mariadb_cli_rows_per_s": max(cli),
-        "baseline_client": "mysqlclient" if max(mc) >= max(cli) else "mariadb -B",
+        "cli_rows_per_s": max(cli),
+        "baseline_client": "mysqlclient" if max(mc) >= max(cli) else f"{source.tool('mysql')[-1].rsplit('/', 1)[-1]} -B",
         "baseline_scan_rows_per_s": best,
     }
 
@@ -82,12 +85,17 @@ def measure_snapshot(source: Source, database: str, rows: int, name: str, fresh_
     if fresh_table:
         create_customer(source, database, rows, TABLE)
     cfg, lake = write_config(name, source, [rf"{database}\.{TABLE}"])
+    server_cpu = source.cpu_s()
     run = run_cli(["snapshot", "-c", str(cfg)], WORK / name / "snapshot.log").check()
+    server_cpu = source.cpu_s() - server_cpu
     inproc = parse_snapshot_line(run.output)
     figures: dict[str, Any] = {
         "rows": rows,
         "wall_s": round(run.wall_s, 2),
         "rows_per_s": rate(rows, run.wall_s),
+        "cpu_s": run.cpu_s,
+        "cpu_s_per_1m_rows": round(run.cpu_s * 1e6 / rows, 1),
+        "server_cpu_s_per_1m_rows": round(server_cpu * 1e6 / rows, 1),
         "peak_rss_mb": run.peak_rss_mb,
         "peak_rss_parts_mb": run.peak_rss_parts,
         "peak_pss_mb": run.peak_pss_mb,
@@ -102,13 +110,15 @@ def measure_snapshot(source: Source, database: str, rows: int, name: str, fresh_
     return SnapshotRun(cfg, lake, rows, figures)
 
 
-def run(source: Source, rows: int) -> tuple[dict[str, Any], SnapshotRun]:
+def run(source: Source, rows: int, mariadb: dict[str, Any] | None = None) -> tuple[dict[str, Any], SnapshotRun]:
+    """The section on `source`; on MySQL also its rate against `mariadb`'s figures of the same run."""
     began = time.monotonic()
     load_s = create_customer(source, DATABASE, rows, TABLE)
     base = baseline(source, DATABASE, TABLE, rows)
-    snap = measure_snapshot(source, DATABASE, rows, "snapshot", fresh_table=False)
+    snap = measure_snapshot(source, DATABASE, rows, f"snapshot{source.key}", fresh_table=False)
     f = snap.figures
     out: dict[str, Any] = {
+        "server": source.version(),
         "table": f"{DATABASE}.{TABLE} (TPC-DS customer shape, 18 columns)",
         "rows": rows,
         "parallelism": "default (snapshot.parallelism 2, chunk-size 8096, group-size 16)",
@@ -119,6 +129,9 @@ def run(source: Source, rows: int) -> tuple[dict[str, Any], SnapshotRun]:
         "in_process_rows_per_s": f.get("in_process_rows_per_s"),
         "outside_snapshot_s": f.get("outside_snapshot_s"),
         "chunks": f.get("chunks"),
+        "cpu_s": f["cpu_s"],
+        "cpu_s_per_1m_rows": f["cpu_s_per_1m_rows"],
+        "server_cpu_s_per_1m_rows": f["server_cpu_s_per_1m_rows"],
         **base,
         "ratio": round(f["rows_per_s"] / base["baseline_scan_rows_per_s"], 4),
         "ratio_in_process": (round(f["in_process_rows_per_s"] / base["baseline_scan_rows_per_s"], 4)
@@ -128,4 +141,6 @@ def run(source: Source, rows: int) -> tuple[dict[str, Any], SnapshotRun]:
         "peak_pss_mb": f["peak_pss_mb"],
         "section_s": round(time.monotonic() - began, 1),
     }
+    if mariadb and mariadb.get("rows_per_s") and mariadb.get("rows") == rows:
+        out["ratio_to_mariadb"] = round(f["rows_per_s"] / mariadb["rows_per_s"], 4)
     return out, snap

@@ -16,6 +16,7 @@ at or after HW, which is exactly the state it captured.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from functools import total_ordering
@@ -30,11 +31,13 @@ MAX_ROWS_PER_EVENT = POS_FACTOR // 2 - 1
 _SUFFIX = re.compile(r"\.(\d+)$")
 
 
+@functools.lru_cache(maxsize=256)
 def file_index(name: str) -> int:
     """The numeric suffix of a binlog file name.
 
     Compared as a number, not as text, because the suffix grows past six digits:
-    `mysql-bin.999999` comes before `mysql-bin.1000000`, though not in string order.
+    `mysql-bin.999999` comes before `mysql-bin.1000000`, though not in string order. Asked for every
+    row change's sequence number, of a few file names: remembered.
     """
     m = _SUFFIX.search(name)
     if not m:

@@ -1,0 +1,43 @@
+"""Decoding alone: binlake's binlog source over the stream section's burst, in this process, against
+the server's `mysqlbinlog -v` over the same bytes (the stream section's baseline).
+
+What is timed is what the stream's binlog source does for a micro-batch in a Spark worker: the
+replication connection and its row events (`read_changes`), the emit rule, each row's encoding and
+the Arrow batches handed to Spark (`binlog_source._rows`, `_batches`). No JVM, no Delta: the
+figure says how far decoding itself is from the server's own decoder.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from harness import Source, rate
+
+
+def run(source: Source, database: str, table: str, start: tuple[str, int], stop: tuple[str, int],
+        baseline_rows_per_s: float) -> dict[str, Any]:
+    from binlake.capture.handover import Handover
+    from binlake.offsets import BinlogPosition
+    from binlake.source.binlog_reader import read_changes
+    from binlake.source.catalog import load_schema
+    from binlake.spark.binlog_source import _batches, _rows
+
+    with source.connect() as conn:
+        schema = load_schema(conn, database, table)
+    schemas = {schema.name: schema}
+    handover = Handover(schemas, {})
+    handover.bind(None)
+    params = {"host": "127.0.0.1", "port": source.port, "user": "root", "password": "", "tls": {"mode": "preferred"}}
+    wall, cpu = time.monotonic(), time.process_time()
+    changes = read_changes(params, 6199, BinlogPosition(*start), BinlogPosition(*stop),
+                           lambda d, t: f"{d}.{t}" in schemas)
+    rows = sum(batch.num_rows for batch in _batches(_rows(changes, schemas, handover, None, None, lambda c: False)))
+    wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+    return {
+        "decode_rows": rows,
+        "decode_s": round(wall, 2),
+        "decode_rows_per_s": rate(rows, wall),
+        "decode_cpu_s_per_1m_rows": round(cpu * 1e6 / rows, 1) if rows else None,
+        "decode_ratio": round(rate(rows, wall) / baseline_rows_per_s, 4) if baseline_rows_per_s else None,
+    }
