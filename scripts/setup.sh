@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything binlake needs on a Debian/Ubuntu machine: the MariaDB server and client
-# library (apt), MySQL 9.7 in a private root (Debian's unstable suite), a virtualenv with binlake
-# and its pinned Python stack, and the Delta jars (Maven).
+# library (apt), MySQL 9.7 in a private root (Debian's unstable suite; BINLAKE_SKIP_MYSQL=1 leaves it
+# out, as `make demo` does), a virtualenv with binlake and the Python stack of requirements.lock, and
+# the Delta jars (Maven).
 # Idempotent: every step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,10 +35,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 stamp="$VENV/.binlake-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "binlake setup: installing Python packages into $VENV"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
+  echo "binlake setup: installing Python packages into $VENV (requirements.lock)"
   "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e '.[local,dev]'
+  # the exact versions binlake is tested with; pyproject.toml's ranges are what the wheel asks of others
+  "$VENV/bin/pip" install -q -r requirements.lock
+  "$VENV/bin/pip" install -q --no-deps -e .
   touch "$stamp"
 fi
 

@@ -73,3 +73,19 @@ def test_a_run_that_read_nothing_prints_nothing() -> None:
     p = Progress({"a": 2}, {"a": 2}, out=out)
     p.finish()
     assert out.getvalue() == ""
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_bar_on_a_terminal() -> None:
+    """tqdm's bar: chunks done of the total, rows and the rate after it; the closing line last."""
+    out = Tty()
+    p = Progress({"d.t": 10}, {"d.t": 2}, out=out)
+    p.update("d.t", 4, 1234)
+    p.finish()
+    text = out.getvalue()
+    assert "6/10" in text and "1,234 rows" in text and "rows/s" in text and "\r" in text
+    assert text.splitlines()[-1].startswith("snapshot: 4 chunks, 1,234 rows in ")

@@ -121,8 +121,9 @@ class Progress:
 
             self.bar = tqdm(total=sum(self.totals.values()) or None, initial=self.at_start, unit="chunk",
                             desc="snapshot", file=self.out, dynamic_ncols=True, leave=False)
-        self.bar.set_postfix_str(f"{sum(self.rows.values()):,} rows, {self.rate():,.0f} rows/s", refresh=False)
         self.bar.update(chunks)
+        # drawn at every update (one per group of chunks), not only past tqdm's minimum interval
+        self.bar.set_postfix_str(f"{sum(self.rows.values()):,} rows, {self.rate():,.0f} rows/s", refresh=True)
 
 
 def _span(seconds: float) -> str:
