@@ -19,7 +19,9 @@ command -v mariadb-binlog >/dev/null 2>&1 || need_apt+=(mariadb-client)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
-command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
+# debootstrap only builds MySQL's private root (below)
+[ -n "${BINLAKE_SKIP_MYSQL:-}" ] || command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] ||
+  need_apt+=(debootstrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "binlake setup: missing ${need_apt[*]}; run as root: sudo apt-get install -y ${need_apt[*]}" >&2
@@ -77,9 +79,11 @@ if [ ! -x "$MYSQL_ROOT/usr/sbin/mysqld" ] && [ -z "${BINLAKE_SKIP_MYSQL:-}" ]; t
   mv "$MYSQL_ROOT.partial" "$MYSQL_ROOT"
 fi
 
-# Spark and Delta's classes, pre-parsed for the JVM: a local run starts in about two thirds of the time
+# Spark and Delta's classes, pre-parsed for the JVM: a local run starts in about two thirds of the time.
+# It takes about a minute to write and pays off over many runs (the tests), not over the demo's few:
+# BINLAKE_SKIP_CLASS_ARCHIVE=1 (`make demo`) leaves it for a later setup.
 archive="$JARS/binlake-classes.jsa"
-if [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; then
+if [ -z "${BINLAKE_SKIP_CLASS_ARCHIVE:-}" ] && { [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; }; then
   echo "binlake setup: writing the JVM class archive (about a minute, once)"
   "$VENV/bin/python" -m binlake.spark.jvm_archive || true
 fi
