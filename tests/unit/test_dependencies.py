@@ -53,7 +53,7 @@ def test_only_what_must_match_exactly_is_exact_in_the_metadata() -> None:
 
 def test_setup_installs_the_lock_and_the_delta_jar_of_the_same_release() -> None:
     setup = (ROOT / "scripts" / "setup.sh").read_text()
-    assert "-r requirements.lock" in setup and "--no-deps -e ." in setup
+    assert "-r requirements.lock" in setup and "--no-deps -e ." in setup and "^uv==" in setup
     (jar,) = re.findall(r"^DELTA_VERSION=(\S+)$", setup, re.MULTILINE)
     assert lock()["delta-spark"] == jar
 
