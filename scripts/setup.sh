@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything binlake needs on a Debian/Ubuntu machine: the MariaDB server and client
-# library (apt), MySQL 9.7 in a private root (Debian's unstable suite), a virtualenv with binlake
-# and its pinned Python stack, and the Delta jars (Maven).
+# library (apt), MySQL 9.7 in a private root (Debian's unstable suite; BINLAKE_SKIP_MYSQL=1 leaves it
+# out, as `make demo` does), a virtualenv with binlake and the Python stack of requirements.lock, and
+# the Delta jars (Maven).
 # Idempotent: every step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +19,9 @@ command -v mariadb-binlog >/dev/null 2>&1 || need_apt+=(mariadb-client)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
-command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
+# debootstrap only builds MySQL's private root (below)
+[ -n "${BINLAKE_SKIP_MYSQL:-}" ] || command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] ||
+  need_apt+=(debootstrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "binlake setup: missing ${need_apt[*]}; run as root: sudo apt-get install -y ${need_apt[*]}" >&2
@@ -34,10 +37,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 stamp="$VENV/.binlake-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "binlake setup: installing Python packages into $VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -e '.[local,dev]'
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ requirements.lock -nt "$stamp" ]; then
+  echo "binlake setup: installing Python packages into $VENV (requirements.lock)"
+  # the exact versions binlake is tested with; pyproject.toml's ranges are what the wheel asks of others.
+  # uv (itself in the lock) downloads and installs them in parallel: pip alone took minutes longer.
+  "$VENV/bin/pip" install -q "$(grep '^uv==' requirements.lock)"
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -r requirements.lock
+  "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --no-deps -e .
   touch "$stamp"
 fi
 
@@ -74,9 +80,11 @@ if [ ! -x "$MYSQL_ROOT/usr/sbin/mysqld" ] && [ -z "${BINLAKE_SKIP_MYSQL:-}" ]; t
   mv "$MYSQL_ROOT.partial" "$MYSQL_ROOT"
 fi
 
-# Spark and Delta's classes, pre-parsed for the JVM: a local run starts in about two thirds of the time
+# Spark and Delta's classes, pre-parsed for the JVM: a local run starts in about two thirds of the time.
+# It takes about a minute to write and pays off over many runs (the tests), not over the demo's few:
+# BINLAKE_SKIP_CLASS_ARCHIVE=1 (`make demo`) leaves it for a later setup.
 archive="$JARS/binlake-classes.jsa"
-if [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; then
+if [ -z "${BINLAKE_SKIP_CLASS_ARCHIVE:-}" ] && { [ ! -f "$archive" ] || [ "$stamp" -nt "$archive" ]; }; then
   echo "binlake setup: writing the JVM class archive (about a minute, once)"
   "$VENV/bin/python" -m binlake.spark.jvm_archive || true
 fi

@@ -23,9 +23,10 @@ from binlake.errors import ConfigError
 from .conftest import ROOT, Bundle
 
 VAR_REF = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
+JOB_PARAM_REF = re.compile(r"\{\{job\.parameters\.([A-Za-z0-9_]+)\}\}")
 EXPECTED_VARIABLES = {
     "source_host", "source_port", "source_user", "password_secret_scope", "password_secret_key",
-    "tables", "state_volume", "catalog", "schema", "chunk_size", "snapshot_concurrency", "scd_type",
+    "tables", "state_volume", "catalog", "schema", "chunk_size", "snapshot_concurrency", "scd_type", "schedule",
 }
 PLAN_NOTEBOOK = ROOT / "src" / "notebooks" / "plan.py"
 
@@ -49,12 +50,20 @@ def notebook_tasks(bundle: Bundle) -> Iterator[dict[str, Any]]:
     return (t for t in all_tasks(bundle) if "notebook_task" in t)
 
 
-def task_argv(task: dict[str, Any]) -> list[str]:
-    """What the entry point receives: a wheel task's parameters, or the plan notebook's widgets
-    turned into parameters as the notebook turns them."""
+def job_parameters(job: dict[str, Any]) -> dict[str, str]:
+    return {p["name"]: str(p["default"]) for p in job.get("parameters", [])}
+
+
+def task_argv(task: dict[str, Any], job: dict[str, Any]) -> list[str]:
+    """What the entry point receives, with each job parameter's value (its default) in place of its
+    reference: a wheel task's parameters, or the plan notebook's widgets turned into parameters as the
+    notebook turns them. A notebook task's widgets are the job's parameters (Databricks pushes job
+    parameters down to notebook tasks), and its own base_parameters."""
+    params = job_parameters(job)
     if "python_wheel_task" in task:
-        return [str(p) for p in task["python_wheel_task"]["parameters"]]
-    widgets = {k: str(v) for k, v in task["notebook_task"]["base_parameters"].items()}
+        return [JOB_PARAM_REF.sub(lambda m: params[m.group(1)], str(p))
+                for p in task["python_wheel_task"]["parameters"]]
+    widgets = {**params, **{k: str(v) for k, v in task["notebook_task"].get("base_parameters", {}).items()}}
     return entrypoints.argv_from_widgets(widgets.get)
 
 
@@ -189,6 +198,7 @@ SAMPLE_VARS = {
     "password_secret_scope": "binlake", "password_secret_key": "source-password",
     "tables": r"shop\.orders,shop\.customer.*", "catalog": "main", "schema": "cdc",
     "chunk_size": "4096", "snapshot_concurrency": "8", "state_volume": "binlake", "scd_type": "1",
+    "schedule": "0 0 * * * ?",
 }
 
 
@@ -206,7 +216,7 @@ def test_task_parameters_build_the_intended_config(bundle: Bundle) -> None:
     tasks = list(wheel_tasks(bundle)) + list(notebook_tasks(bundle))
     assert {t["task_key"] for t in tasks} == {"plan", "snapshot_group"}
     for task in tasks:
-        params = [_resolve(p, {"{{input}}": "3"}) for p in task_argv(task)]
+        params = [_resolve(p, {"{{input}}": "3"}) for p in task_argv(task, bundle.jobs["binlake"])]
         parser = entrypoints._parser("t", "t")
         if "--group" in params:
             parser.add_argument("--group", type=int)
@@ -222,15 +232,31 @@ def test_task_parameters_build_the_intended_config(bundle: Bundle) -> None:
         assert (cfg.get("target.catalog"), cfg.get("target.schema")) == ("main", "cdc")
         assert cfg.chunk_size == 4096
         assert cfg.get("source.password") == "pw-from-binlake/source-password"
-        flags = {p for p in task_argv(task) if str(p).startswith("--")}
+        flags = {p for p in task_argv(task, bundle.jobs["binlake"]) if str(p).startswith("--")}
         assert flags <= set(entrypoints.PARAMETERS) | {"--group"}, flags
 
 
 def test_the_plan_widgets_are_named_after_the_parameters(bundle: Bundle) -> None:
+    """The job's parameters are the plan notebook's widgets, one per entry-point parameter; the
+    notebook task repeats none of them."""
     (plan,) = notebook_tasks(bundle)
-    widgets = set(plan["notebook_task"]["base_parameters"])
+    assert not plan["notebook_task"].get("base_parameters")
+    widgets = set(job_parameters(bundle.jobs["binlake"]))
     assert widgets == {entrypoints.widget_name(f) for f in entrypoints.PARAMETERS}
     assert entrypoints.widget_name("--password-secret-scope") == "password_secret_scope"
+
+
+def test_each_setting_is_named_once_as_a_job_parameter(bundle: Bundle) -> None:
+    """The wheel task takes every setting from a job parameter, never from ${var.*} again; every
+    reference names a job parameter, and each job parameter is used."""
+    job = bundle.jobs["binlake"]
+    params = job_parameters(job)
+    (wheel,) = wheel_tasks(bundle)
+    values = [str(p) for p in wheel["python_wheel_task"]["parameters"] if not str(p).startswith("--")]
+    assert not [v for v in values if VAR_REF.search(v)], values
+    refs = [m for v in values for m in JOB_PARAM_REF.findall(v)]
+    assert set(refs) <= set(params), set(refs) - set(params)
+    assert set(refs) == set(params), set(params) - set(refs)
 
 
 class _StandInSecrets:
@@ -278,7 +304,7 @@ def test_pipeline_configuration_names_real_config_keys(bundle: Bundle) -> None:
 def test_job_and_pipeline_feed_each_config_key_from_the_same_variable(bundle: Bundle) -> None:
     conf = bundle.pipelines["binlake_pipeline"]["configuration"]
     for task in list(wheel_tasks(bundle)) + list(notebook_tasks(bundle)):
-        params = task_argv(task)
+        params = task_argv(task, bundle.jobs["binlake"])
         for flag, (key, _help) in entrypoints.PARAMETERS.items():
             assert flag in params, f"{task['task_key']} does not pass {flag}"
             assert params[params.index(flag) + 1] == conf[f"binlake.{key}"], flag

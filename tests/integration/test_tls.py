@@ -1,5 +1,5 @@
 """Encrypted connections (`source.tls.*`) against a private server that accepts only TLS
-(`require_secure_transport=ON`) with certificates made here by `openssl`: a CA, the server's
+(`require_secure_transport=ON`) with certificates made here by `cryptography`: a CA, the server's
 certificate for 127.0.0.1, a client certificate, and a second CA that signed nothing of the server.
 
 A run works with `required` (the chunk SELECTs through mysqlclient, TLS without verification) and
@@ -8,12 +8,17 @@ the settings and the server disagree ends in one line naming the setting."""
 
 from __future__ import annotations
 
-import subprocess
+import datetime as dt
+import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 
 from binlake import config
 from binlake.commands.devdb import DevDb
@@ -27,24 +32,48 @@ from .workload import run_cli
 X509_USER, X509_PASSWORD = "tls_reader", "Tls-r3ader-pw"
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _certificate(subject: str, key: rsa.RSAPrivateKey, issuer: x509.Certificate | None, issuer_key: rsa.RSAPrivateKey,
+                 ca: bool, ip: str | None = None) -> x509.Certificate:
+    """An X.509 certificate for `subject`, signed by `issuer` (itself when None), valid for two days."""
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (x509.CertificateBuilder().subject_name(name).issuer_name(issuer.subject if issuer else name)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=2))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(
+            digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
+            key_agreement=False, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False),
+            critical=True)
+    if ip:
+        builder = builder.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]),
+                                        critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
 
 
 def make_certificates(folder: Path) -> dict[str, Path]:
     """ca.pem signs server.pem (for IP 127.0.0.1) and client.pem; other-ca.pem signs nothing here."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
-    (folder / "client.ext").write_text("basicConstraints=CA:FALSE\n")
+
+    def write(name: str, cert: x509.Certificate, key: rsa.RSAPrivateKey) -> None:
+        (folder / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        (folder / f"{name}.key").write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
+
+    cas: dict[str, tuple[x509.Certificate, rsa.RSAPrivateKey]] = {}
     for ca in ("ca", "other-ca"):
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=binlake test {ca}",
-                 "-keyout", f"{ca}.key", "-out", f"{ca}.pem", cwd=folder)
-    for leaf, cn in (("server", "127.0.0.1"), ("client", X509_USER)):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", f"{leaf}.key",
-                 "-out", f"{leaf}.csr", cwd=folder)
-        _openssl("x509", "-req", "-in", f"{leaf}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-extfile", f"{leaf}.ext", "-out", f"{leaf}.pem", cwd=folder)
+        key = _key()
+        cas[ca] = (_certificate(f"binlake test {ca}", key, None, key, ca=True), key)
+        write(ca, *cas[ca])
+    ca_cert, ca_key = cas["ca"]
+    for leaf, cn, ip in (("server", "127.0.0.1", "127.0.0.1"), ("client", X509_USER, None)):
+        key = _key()
+        write(leaf, _certificate(cn, key, ca_cert, ca_key, ca=False, ip=ip), key)
     return {name: folder / f"{name}.pem" for name in ("ca", "other-ca", "server", "client")} | {
         "server-key": folder / "server.key", "client-key": folder / "client.key"}
 

@@ -1,13 +1,10 @@
 from __future__ import annotations
 
-import io
-
 import pytest
 
+from binlake.capture.context import Context
 from binlake.config import load
 from binlake.errors import ConfigError
-from binlake.capture.context import Context
-from binlake.capture.snapshot import Progress
 
 
 def test_each_concurrent_reader_gets_its_own_server_id() -> None:
@@ -22,31 +19,6 @@ def test_too_few_server_ids_is_a_configuration_error_naming_the_option() -> None
     with pytest.raises(ConfigError, match="source.server-id") as err:
         ctx.reader_ids()
     assert err.value.exit_code == 2
-
-
-class Tty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
-
-
-def test_progress_shows_chunks_rows_and_rate_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    out = Tty()
-    monkeypatch.setattr("sys.stderr", out)
-    p = Progress({"d.t": 10}, {"d.t": 2})
-    p.update("d.t", 4, 1234)
-    p.finish()
-    text = out.getvalue()
-    assert "d.t: chunks 6/10, rows 1,234" in text and "rows/s" in text
-    assert "snapshot: 6 chunks, 1,234 rows" in text.splitlines()[-1]
-
-
-def test_progress_is_silent_when_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    out = io.StringIO()
-    monkeypatch.setattr("sys.stderr", out)
-    p = Progress({"d.t": 1}, {})
-    p.update("d.t", 1, 5)
-    p.finish()
-    assert out.getvalue() == ""
 
 
 def test_databricks_pipeline_refuses_a_table_without_a_unique_key() -> None:

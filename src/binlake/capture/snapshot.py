@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
-import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
@@ -25,6 +23,7 @@ from binlake import faults
 from binlake.capture import plan as planning  # PLAN_BATCH read when used: the tests set it
 from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
+from binlake.capture.progress import Progress
 from binlake.config import Config
 from binlake.errors import RuntimeFailure
 from binlake.lake import arrow_commit, bronze, silver, split_state, storage
@@ -41,35 +40,6 @@ SILVER_BATCH_ROWS = int(os.environ.get("BINLAKE_SILVER_BATCH_ROWS", "1000000"))
 GROUP_WINDOW = 64
 # split statuses of tables read whole recorded per append (see `Reading`)
 RECORD_BATCH = 200
-
-
-class Progress:
-    """Chunks done/total, rows and rows/s per table on a terminal; silent otherwise."""
-
-    def __init__(self, totals: dict[str, int], done: dict[str, int]) -> None:
-        self.tty = sys.stderr.isatty()
-        self.totals, self.done = totals, done
-        self.rows: dict[str, int] = {t: 0 for t in totals}
-        self.began = time.monotonic()
-        self.lock = threading.Lock()
-
-    def update(self, table: str, chunks: int, rows: int) -> None:
-        with self.lock:
-            self.done[table] = self.done.get(table, 0) + chunks
-            self.rows[table] = self.rows.get(table, 0) + rows
-            if self.tty:
-                rate = self.rows[table] / max(time.monotonic() - self.began, 1e-6)
-                sys.stderr.write(f"\r{table}: chunks {self.done[table]}/{self.totals.get(table, '?')}, "
-                                 f"rows {self.rows[table]:,}, {rate:,.0f} rows/s   ")
-                sys.stderr.flush()
-
-    def finish(self) -> None:
-        total = sum(self.rows.values())
-        secs = time.monotonic() - self.began
-        line = f"snapshot: {sum(self.done.values())} chunks, {total:,} rows in {secs:.1f}s ({total / max(secs, 1e-6):,.0f} rows/s)"
-        log.info(line)
-        if self.tty:
-            sys.stderr.write("\r" + line + " " * 20 + "\n")
 
 
 def snapshot(cfg: Config, groups: list[int] | None = None, ctx: Context | None = None, apply_silver: bool = True,
@@ -187,7 +157,7 @@ class Reading:
         self.cfg, self.ctx = cfg, ctx
         self.pool = ThreadPoolExecutor(max_workers=ctx.tables_at_once, thread_name_prefix="snapshot")
         self.running: list[Future[None]] = []
-        self.progress = Progress({}, {})
+        self.progress = Progress({}, {}, planning=True)
         self.done: list[Split] = []
         self.lock = threading.Lock()
 
@@ -197,6 +167,7 @@ class Reading:
         if whole is None:
             snapshot(self.cfg, None, self.ctx, tables=[table])
         else:
+            self.progress.expect(table, len(whole))
             self.running.append(self.pool.submit(self.whole, self.ctx.schemas()[table], whole))
 
     def whole(self, schema: TableSchema, splits: list[Split]) -> None:
