@@ -1,6 +1,6 @@
 """Connections to the source: every connection binlake opens to the server takes its settings here
 (metadata and chunk SELECTs through PyMySQL or mysqlclient, binlog reads through mysql-replication),
-TLS included (`binlake.source.tls`).
+TLS included (`binlake.source.tls`); a chunk reader keeps its own across its chunks (`Connections`).
 
 Every connection has a read timeout (`source.read-timeout`): a connection whose peer vanished without
 closing it (a half-open TCP connection) fails after that many seconds instead of hanging forever.
@@ -142,17 +142,6 @@ def bulk_connect(params: dict[str, Any]) -> Any:
         raise cannot_connect(params, exc) from None
     conn.binlake_epoch = int(params.get("epoch") or 0)
     return conn
-
-
-def select_rows(params: dict[str, Any], sql: str, args: list[Any]) -> list[tuple[Any, ...]]:
-    """All rows of one query (a chunk: bounded by the chunk size), on a bulk connection of its own."""
-    conn = bulk_connect(params)
-    try:
-        cur = conn.cursor()
-        cur.execute(sql, args)
-        return list(cur.fetchall())
-    finally:
-        conn.close()
 
 
 class Connections:
