@@ -48,7 +48,7 @@ class Context:
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)  # for tables read at once
 
     def __post_init__(self) -> None:
-        self.target = Target.of(self.cfg)
+        self.target = Target.of(self.cfg, self.session)
 
     def session(self) -> Any:
         if self.spark is None:
