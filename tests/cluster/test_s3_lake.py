@@ -5,19 +5,27 @@ beside its tables is an object in the bucket (none landed on the local disk)."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.integration.workload import Writers, create_table, source_rows, write_config
 
 from .parts import ROOT, S3, silver, submit, submit_command
 
 
+def fs_selector(s3: S3, prefix: str) -> Any:
+    from pyarrow import fs
+
+    return fs.FileSelector(f"{s3.bucket}/{prefix}", recursive=True, allow_not_found=True)
+
+
 def bucket_files(s3: S3, prefix: str) -> set[str]:
     """The objects under `prefix` in the bucket, by pyarrow's own S3 client."""
     from pyarrow import fs
 
-    found = s3.store().get_file_info(fs.FileSelector(f"{s3.bucket}/{prefix}", recursive=True))
+    found = s3.store().get_file_info(fs_selector(s3, prefix))
     return {f.path.removeprefix(f"{s3.bucket}/{prefix}/") for f in found if f.type == fs.FileType.File}
 
 
@@ -51,3 +59,19 @@ def test_snapshot_stream_and_restart_with_the_lake_on_s3(dev_db, database, s3: S
     assert expected <= kept, kept
     assert not any(name.endswith(".tmp") for name in kept), kept
     assert not list(ROOT.glob("s3a*")) and not list(tmp_path.glob("s3a*"))
+
+
+def test_storage_calls_on_s3(s3: S3, tmp_path: Path) -> None:
+    """Each call of the storage layer on a real S3 server: a write replaces an object whole (no
+    temporary object left), a first write is a conditional put that the second loses, and of six
+    first writes started together exactly one wins (a look before the write would let several)."""
+    command = submit_command("local[1]", tmp_path, conf=s3.hadoop_conf(), s3=True)
+    command[-1] = str(Path(__file__).with_name("storage_calls.py"))  # in place of binlake's launcher
+    done = submit([*command, f"s3a://{s3.bucket}/storage-calls"])
+    assert done.returncode == 0, done.stderr[-4000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("STORAGE ")]
+    assert json.loads(line.removeprefix("STORAGE ")) == {
+        "before": False, "replaced": "two", "first": True, "second": False, "kept": "first",
+        "race": [True] * 5, "names": ["intents", "race", "start.json"], "is_dir": True, "unlinked": True,
+        "removed": True}
+    assert not s3.store().get_file_info(fs_selector(s3, "storage-calls"))
