@@ -43,7 +43,8 @@ if [ ! -x "$OUT/weed" ]; then
   trap 'rm -rf "$build"' EXIT
   cp -r "$source_dir/." "$build"
   chmod -R u+w "$build"
-  (cd "$build" && go build -o "$OLDPWD/$OUT/weed.partial" ./weed)
+  out="$(cd "$OUT" && pwd)"
+  (cd "$build" && go build -o "$out/weed.partial" ./weed)
   mv "$OUT/weed.partial" "$OUT/weed"
 fi
 echo "binlake setup-cluster: ready ($OUT)"

@@ -8,6 +8,6 @@ import sys
 if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
     del sys.path[0]
 
-from binlake.cli import main  # noqa: E402
+from binlake.cli import main
 
 raise SystemExit(main())

@@ -225,7 +225,7 @@ def submit_env() -> dict[str, str]:
 
 
 def submit(command: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=ROOT, env=submit_env(), capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(command, cwd=ROOT, env=submit_env(), capture_output=True, text=True, timeout=timeout, check=False,
                           start_new_session=True)
 
 

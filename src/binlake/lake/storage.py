@@ -266,10 +266,10 @@ class HadoopLocation(Location):
         try:
             self._put(fs, path, text, conditional=True)
             return True
-        except Py4JJavaError as e:  # the store's 412 (or a 409 race), or an object found at create
+        except Py4JJavaError:  # the store's 412 (or a 409 race), or an object found at create
             if fs.exists(path):
                 return False
-            raise e
+            raise
 
     def unlink(self, missing_ok: bool = False) -> None:
         _, path, fs = self._fs()

@@ -41,7 +41,6 @@ from binlake.source.connection import settings
 from binlake.source.dialect import Dialect, server_name
 
 
-
 class RecordFile(Protocol):
     """Where the record is kept: a `binlake.lake.storage.Location`, whose write replaces it whole."""
 
