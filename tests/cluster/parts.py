@@ -224,6 +224,12 @@ def submit_env() -> dict[str, str]:
     return env
 
 
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    """The end of what a submitted run printed: binlake's own lines are on stdout (spark-submit's
+    PythonRunner passes the Python driver's stdout and stderr on as its stdout), Spark's on stderr."""
+    return f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}"
+
+
 def submit(command: list[str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=ROOT, env=submit_env(), capture_output=True, text=True, timeout=timeout, check=False,
                           start_new_session=True)

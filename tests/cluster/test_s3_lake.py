@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.integration.workload import Writers, create_table, source_rows, write_config
 
-from .parts import ROOT, S3, silver, submit, submit_command
+from .parts import ROOT, S3, said, silver, submit, submit_command
 
 
 def fs_selector(s3: S3, prefix: str) -> Any:
@@ -39,7 +39,7 @@ def test_snapshot_stream_and_restart_with_the_lake_on_s3(dev_db, database, s3: S
                              conf=s3.hadoop_conf(), s3=True)
     with Writers(port, database, rows, threads=1, pause=0.01):
         first = submit(command)
-    assert first.returncode == 0, first.stderr[-4000:]
+    assert first.returncode == 0, said(first)
     location = f"s3://{s3.bucket}/{database}"
     table = f"{database}__t"
     snapshot_rows = len(silver(f"{location}/bronze/{table}", s3.storage_options(), "_op = 'r'"))
@@ -49,7 +49,7 @@ def test_snapshot_stream_and_restart_with_the_lake_on_s3(dev_db, database, s3: S
         while more.ops < 300:
             time.sleep(0.05)
     second = submit(command)  # the restart: streams on from the checkpoint in the bucket
-    assert second.returncode == 0, second.stderr[-4000:]
+    assert second.returncode == 0, said(second)
 
     assert silver(f"{location}/silver/{table}", s3.storage_options()) == source_rows(port, database)
     # no second snapshot: the restart found its split state, schemas and checkpoint in the bucket
@@ -68,7 +68,7 @@ def test_storage_calls_on_s3(s3: S3, tmp_path: Path) -> None:
     command = submit_command("local[1]", tmp_path, conf=s3.hadoop_conf(), s3=True)
     command[-1] = str(Path(__file__).with_name("storage_calls.py"))  # in place of binlake's launcher
     done = submit([*command, f"s3a://{s3.bucket}/storage-calls"])
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, said(done)
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("STORAGE ")]
     assert json.loads(line.removeprefix("STORAGE ")) == {
         "before": False, "replaced": "two", "first": True, "second": False, "kept": "first",
