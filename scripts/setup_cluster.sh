@@ -44,7 +44,8 @@ if [ ! -x "$OUT/weed" ]; then
   cp -r "$source_dir/." "$build"
   chmod -R u+w "$build"
   out="$(cd "$OUT" && pwd)"
-  (cd "$build" && go build -o "$out/weed.partial" ./weed)
+  # -trimpath: the build cache keys no longer hold the temporary folder, so a second build reuses the first's
+  (cd "$build" && go build -trimpath -o "$out/weed.partial" ./weed)
   mv "$OUT/weed.partial" "$OUT/weed"
 fi
 echo "binlake setup-cluster: ready ($OUT)"
