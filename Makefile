@@ -1,16 +1,25 @@
-.PHONY: setup test test-all test-mysql unit demo bench soak clean dev-db-stop
+.PHONY: setup setup-cluster test test-cluster test-all test-mysql unit demo bench soak clean dev-db-stop
 
 setup:
 	@bash scripts/setup.sh
 
+# what the cluster tests need beyond setup: SeaweedFS (built from the Go module proxy, once) and Hadoop's S3A jars
+setup-cluster: setup
+	@bash scripts/setup_cluster.sh
+
 # every test on both servers, the slow ones in turns of five days (tests/conftest.py says why), in two processes
 # (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
-	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests
+	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 --ignore=tests/cluster tests
+
+# binlake under spark-submit on a standalone Spark cluster (master, worker, two executors) and with its lake
+# on a SeaweedFS S3 server, both started by the tests, on both servers (tests/cluster)
+test-cluster: setup-cluster
+	.venv/bin/python -m pytest -q --durations=10 tests/cluster
 
 # every test, the slow ones on both servers (over an hour on 2 cores)
 test-all: setup
-	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests
+	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -n 2 --dist load --durations=30 --ignore=tests/cluster tests
 
 # the whole integration suite on MySQL alone, slow tests included
 test-mysql: setup

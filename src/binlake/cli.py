@@ -131,6 +131,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0 if report["ok"] else 1
 
 
+def cmd_launcher(args: argparse.Namespace) -> int:
+    print(Path(__file__).with_name("__main__.py"))
+    return 0
+
+
 def startup_flags(p: argparse.ArgumentParser) -> None:
     # free text, not argparse choices: a bad value gets binlake's one-line error and exit code 2
     p.add_argument("--startup-mode", metavar="|".join(STARTUP_MODES), help="stream.startup-mode")
@@ -185,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MariaDB from Debian (default) or MySQL 9.7 from make setup's private root")
     p.add_argument("--datadir", default=None, help="data directory (default .binlake/SERVER)")
     p.add_argument("--port", type=int, default=None, help="port (default: a free one)")
+    command("launcher", cmd_launcher, "print the file to give spark-submit: spark-submit [options] FILE run -c ...",
+            config=False)
     p = command("config", cmd_config_show, "show the effective configuration, secrets masked")
     p.add_argument("action", choices=["show"])
     return parser

@@ -72,7 +72,7 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
                               "(backoff 0.5 s doubling to 10 s) before it fails; `0` fails at once"),
     },
     "target": {
-        "path": (TEXT, "./lake", "local warehouse root"),
+        "path": (TEXT, "./lake", "warehouse root: a local path, or a Hadoop URI (s3a://, gs://, abfss://, file:)"),
         "catalog": (OPTIONAL_TEXT, None, "Unity Catalog catalog (Databricks)"),
         "schema": (OPTIONAL_TEXT, None, "Unity Catalog schema (Databricks)"),
         "type-changes": (choice(*TYPE_CHANGES), "rewrite",
@@ -174,8 +174,16 @@ class Config:
         return ServerIdRange.parse(self.get("source.server-id"))
 
     @property
-    def target_path(self) -> Path:
-        return Path(self.get("target.path")).expanduser().resolve()
+    def target_path(self) -> str:
+        """The warehouse root: a local path made absolute, or a Hadoop URI as given."""
+        given = str(self.get("target.path"))
+        found = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", given)
+        if found is None or len(found.group(1)) == 1:  # C: is a drive, not a scheme
+            return str(Path(given).expanduser().resolve())
+        if found.group(1).lower() in ("s3", "s3n"):
+            raise ConfigError(f"target.path is {given}; binlake reaches S3 through Hadoop's S3A connector, which "
+                              f"needs the s3a:// scheme: set target.path to s3a://{given.split('://', 1)[-1]}")
+        return given.rstrip("/")
 
     def connection(self) -> dict[str, Any]:
         """Connection settings for PyMySQL / mysqlclient / mysql-replication."""

@@ -52,7 +52,7 @@ def test_yaml_file_with_defaults_for_the_rest(tmp_path: Path) -> None:
     assert cfg.chunk_size == 500
     assert cfg.parallelism == config.SCHEMA["snapshot"]["parallelism"][1]
     assert (cfg.server_ids.first, cfg.server_ids.last, len(cfg.server_ids)) == (5400, 5404, 5)
-    assert cfg.target_path == (Path.cwd() / "lake").resolve()
+    assert cfg.target_path == str((Path.cwd() / "lake").resolve())
     assert cfg.origin == str(tmp_path / "binlake.yml")
 
 

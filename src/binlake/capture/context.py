@@ -49,7 +49,7 @@ class Context:
     _idle: list[Connections] = field(init=False, default_factory=list)  # see `held`
 
     def __post_init__(self) -> None:
-        self.target = Target.of(self.cfg)
+        self.target = Target.of(self.cfg, self.session)
 
     def session(self) -> Any:
         if self.spark is None:

@@ -28,10 +28,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from binlake.errors import SourceChangedError
+from binlake.lake.storage import Location
 from binlake.offsets import BinlogPosition
 from binlake.source.dialect import Dialect
 from binlake.source.gtids import advance, lacking
@@ -45,7 +45,7 @@ KEEP = 4  # states kept: the committed position's, and those of batches read but
 class GtidRecord:
     """`_binlake/gtids.json`: {"states": [{"end": position, "gtids": text, "complete": bool}, ...]}."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Location) -> None:
         self.path = path
 
     def states(self) -> list[dict[str, Any]]:
@@ -65,10 +65,7 @@ class GtidRecord:
     def put(self, position: BinlogPosition, gtids: str, complete: bool) -> None:
         kept = [s for s in self.states() if BinlogPosition.from_dict(s["end"]) != position][-(KEEP - 1):]
         kept.append({"end": position.to_dict(), "gtids": gtids, "complete": complete})
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"states": kept}))
-        tmp.replace(self.path)
+        self.path.write_text(json.dumps({"states": kept}))
 
     def advance(self, batch: dict[str, Any]) -> None:
         """Add a micro-batch's GTIDs (the reader's record: start, end, gtids, complete) to the state at

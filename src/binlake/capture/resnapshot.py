@@ -20,7 +20,6 @@ silver stay as they were, and a table created again under its name is captured a
 from __future__ import annotations
 
 import logging
-import shutil
 
 from binlake import faults
 from binlake.capture.context import Context
@@ -51,15 +50,12 @@ def request(ctx: Context, names: list[str]) -> None:
             f"({', '.join(sorted(known))}): name one of them as db.table"
         )
     for name in names:
-        intent = ctx.target.resnapshot_intent(name)
-        intent.parent.mkdir(parents=True, exist_ok=True)
-        intent.write_text(name)
+        ctx.target.resnapshot_intent(name).write_text(name)
     finish(ctx)
 
 
 def pending(ctx: Context) -> list[str]:
-    folder = ctx.target.resnapshot_intents
-    return sorted(p.read_text() for p in folder.iterdir()) if folder.is_dir() else []
+    return sorted(p.read_text() for p in ctx.target.resnapshot_intents.iterdir())
 
 
 def finish(ctx: Context) -> list[str]:
@@ -79,7 +75,7 @@ def finish(ctx: Context) -> list[str]:
             log.warning("%s is gone from the source: no longer captured; its bronze and silver stay as they were", name)
             continue
         for location in (ctx.target.bronze(name).location, ctx.target.silver(name).location):
-            shutil.rmtree(location, ignore_errors=True)
+            ctx.target.storage(location).remove_tree()
         ctx.history(name).path.unlink(missing_ok=True)
     ctx.forget_schemas()
     again = [n for n in names if n in present]
@@ -120,7 +116,7 @@ def everything(ctx: Context) -> None:
 
     spark = ctx.session()
     names = list(ctx.schemas())
-    shutil.rmtree(ctx.target.checkpoint, ignore_errors=True)
+    ctx.target.checkpoint_files.remove_tree()
     ctx.target.stream_progress.unlink(missing_ok=True)
     for name in names:
         for location in (ctx.target.bronze(name).location, ctx.target.silver(name).location):

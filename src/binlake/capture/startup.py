@@ -27,11 +27,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from binlake.config import Config
 from binlake.errors import ConfigError
+from binlake.lake.storage import Location
 from binlake.offsets import BinlogPosition
 from binlake.source.dialect import Dialect, binlog_files, binlog_head
 from binlake.source.gtids import (
@@ -98,7 +98,7 @@ def validate(cfg: Config) -> None:
                           "needs Unix seconds: set stream.startup-timestamp")
 
 
-def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
+def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Location) -> Start:
     """The stream's start for a non-snapshot mode: the stored one, else chosen now and stored."""
     if stored.exists():
         return Start.from_dict(json.loads(stored.read_text()))
@@ -132,10 +132,9 @@ def resolve(cfg: Config, conn: Any, dialect: Dialect, stored: Path) -> Start:
     else:
         since = int(cfg.get("stream.startup-timestamp"))
         start = Start(BinlogPosition(_file_at(cfg, conn, since), 4), since)
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    tmp = stored.with_suffix(".tmp")
-    tmp.write_text(json.dumps(start.to_dict()))
-    tmp.replace(stored)
+    # a first write only: a start another process stored meanwhile is the one kept, and used
+    if not stored.create_text(json.dumps(start.to_dict())):
+        return Start.from_dict(json.loads(stored.read_text()))
     return start
 
 

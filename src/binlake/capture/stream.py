@@ -139,7 +139,7 @@ def fail_over(ctx: Context, conn: Any, lineage: Lineage, anchor: Anchor, now: Se
 def resume_position(ctx: Context) -> BinlogPosition | None:
     """Where the stream will read from next: the end of its last committed micro-batch, or, before
     the first one, the lowest high watermark of the snapshot's chunks."""
-    done = committed_offset(ctx.target.checkpoint)
+    done = committed_offset(ctx.target.checkpoint_files)
     if done is not None:
         return done
     if ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES:
@@ -152,7 +152,7 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
 
 def resume_anchor(ctx: Context, lineage: Lineage) -> Anchor | None:
     """`resume_position` with what identifies its history."""
-    end = committed_end(ctx.target.checkpoint)
+    end = committed_end(ctx.target.checkpoint_files)
     if end is not None:
         return lineage.anchor(BinlogPosition.from_dict(end), end.get("created"))
     position = resume_position(ctx)

@@ -79,7 +79,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
         silver.ensure_table(spark, ctx.target.silver(name).location, schema)
     start, since, applied = _start(ctx, splits)
     checkpoint = ctx.target.checkpoint
-    app = stream_id(checkpoint)
+    app = stream_id(ctx.target.checkpoint_files)
     target = current_position(ctx) if until_caught_up else None
     history = ctx.versions()
     job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
@@ -131,7 +131,7 @@ def _start(ctx: Context, splits: dict[str, list[Split]]) -> tuple[BinlogPosition
 
 def _drive(ctx: Context, writer: Any, start: BinlogPosition, target: BinlogPosition | None) -> None:
     """Start the query and wait: until a batch ending at `target` has committed, or until stopped."""
-    checkpoint = ctx.target.checkpoint
+    checkpoint = ctx.target.checkpoint_files
 
     def stopped_at() -> str:
         return f"stopped at {committed_offset(checkpoint) or start}"
@@ -163,7 +163,7 @@ def _gtid_record(ctx: Context, start: BinlogPosition) -> GtidRecord:
     """The GTID record (binlake.capture.failover), holding the state at the position the stream reads on from:
     read from the server when it does not (the stream's first start, or a target from before it)."""
     record = GtidRecord(ctx.target.gtid_record)
-    position = committed_offset(ctx.target.checkpoint) or start
+    position = committed_offset(ctx.target.checkpoint_files) or start
     if record.at(position) is None and position.epoch == ctx.lineage().epoch:
         def read() -> tuple[str, bool]:
             conn = connect(ctx.params)

@@ -84,7 +84,7 @@ def _code(exc: BaseException) -> str:
 def status(cfg: Config) -> dict[str, Any]:
     ctx = Context(looking(cfg))
     lineage = Lineage.load(ctx.target.source_lineage)
-    end = committed_end(ctx.target.checkpoint)
+    end = committed_end(ctx.target.checkpoint_files)
     position = None if end is None else BinlogPosition.from_dict(end)
     progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
     seen = look(ctx.cfg, lineage)
@@ -139,9 +139,7 @@ def _captured(ctx: Context, planned: list[str]) -> list[str]:
     """The tables the lake holds state of (planned chunks, a captured schema) that source.tables still
     matches: what status can say without the source."""
     names = set(planned)
-    schemas = ctx.target.captured_schema("db.table").parent
-    if schemas.is_dir():
-        names.update(History(path).latest().name for path in schemas.glob("*.json"))
+    names.update(History(f).latest().name for f in ctx.target.schemas.iterdir() if f.name.endswith(".json"))
     return [n for n in names if matches(ctx.cfg.tables, *n.split(".", 1))]
 
 

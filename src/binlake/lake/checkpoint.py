@@ -10,49 +10,48 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
+from binlake.lake.storage import Location, location
 from binlake.offsets import BinlogPosition
 
 
-def stream_id(checkpoint: str) -> str:
+def _folder(checkpoint: Location | str) -> Location:
+    return checkpoint if isinstance(checkpoint, Location) else location(checkpoint)
+
+
+def stream_id(checkpoint: Location | str) -> str:
     """A stable id for this checkpoint: the idempotent-append key must change if the checkpoint does,
-    or a fresh stream's batch ids 0, 1, ... would be skipped as already written."""
-    path = Path(checkpoint)
-    path.mkdir(parents=True, exist_ok=True)
-    f = path / "binlake-stream-id"
+    or a fresh stream's batch ids 0, 1, ... would be skipped as already written. Its first write is a
+    create-if-absent, so the id never changes under a stream once one was read."""
+    f = _folder(checkpoint) / "binlake-stream-id"
     if not f.exists():
-        f.write_text(uuid.uuid4().hex)
+        f.create_text(uuid.uuid4().hex)
     return f.read_text().strip()
 
 
-def committed_end(checkpoint: str) -> dict[str, Any] | None:
+def committed_end(checkpoint: Location | str) -> dict[str, Any] | None:
     """The end offset of the last committed micro-batch in the checkpoint, as stored: the position
     and its file's creation time (see binlake.source.identity)."""
-    commits = Path(checkpoint) / "commits"
-    offsets = Path(checkpoint) / "offsets"
-    if not commits.is_dir():
-        return None
-    done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()), reverse=True)
+    folder = _folder(checkpoint)
+    done = sorted((int(p.name) for p in (folder / "commits").iterdir() if p.name.isdigit()), reverse=True)
     for n in done:
-        f = offsets / str(n)
+        f = folder / "offsets" / str(n)
         if f.exists():
             return dict(json.loads(f.read_text().strip().splitlines()[-1]))
     return None
 
 
-def committed_offset(checkpoint: str) -> BinlogPosition | None:
+def committed_offset(checkpoint: Location | str) -> BinlogPosition | None:
     """The end position of the last committed micro-batch in the checkpoint, if any."""
     end = committed_end(checkpoint)
     return None if end is None else BinlogPosition.from_dict(end)
 
 
-def write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]], began: float) -> None:
+def write_progress(path: Location, batch_id: int, tables: dict[str, tuple[int, Any]], began: float) -> None:
     """Rows and newest event per table, and `head_at`: the wall time this batch began. Every batch
     ends at the head the server had when Spark planned it, just before: once the batch commits, the
     stream holds every change the source had at about that time, for idle tables too."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"tables": {}}
     for name, (n, ts) in tables.items():
         t = old["tables"].setdefault(name, {"rows": 0})
@@ -61,7 +60,5 @@ def write_progress(path: Path, batch_id: int, tables: dict[str, tuple[int, Any]]
     old["batch"] = batch_id
     old["head_at"] = time.time() - (time.monotonic() - began)
     old["updated"] = time.time()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(old))
-    tmp.replace(path)
+    path.write_text(json.dumps(old))
 

@@ -29,10 +29,10 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 from binlake.errors import SchemaChangedError
+from binlake.lake.storage import Location
 from binlake.offsets import BinlogPosition
 from binlake.schema import Column, TableSchema
 from binlake.source.schema_changes import (
@@ -81,7 +81,7 @@ class Version:
 class History:
     """The versions of one table's schema, in a JSON file (a plain schema: one version from capture)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Location) -> None:
         self.path = path
 
     def exists(self) -> bool:
@@ -110,10 +110,7 @@ class History:
             self._write(have[:1] + sorted(have[1:] + new, key=lambda v: v.seq))
 
     def _write(self, versions: list[Version]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"versions": [v.to_dict() for v in versions]}, ensure_ascii=False))
-        tmp.replace(self.path)
+        self.path.write_text(json.dumps({"versions": [v.to_dict() for v in versions]}, ensure_ascii=False))
 
 
 def version_at(versions: list[Version], position: BinlogPosition) -> Version:

@@ -27,7 +27,7 @@ def _exists(spark: SparkSession, path: str) -> bool:
 def ensure(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
-    storage.clear_uncommitted(path)
+    storage.clear_uncommitted(path, lambda: spark)
     if not _exists(spark, path):
         (DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], SCHEMA).schema)
          .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())

@@ -1,15 +1,20 @@
 """Where binlake's Delta tables live: bronze and silver per source table, the split state, the
-stream checkpoint. Locally everything sits under `target.path`; on Databricks the tables are
-Unity Catalog tables `<catalog>.<schema>.<db>__<table>_{bronze,silver}`.
+stream checkpoint. Locally everything sits under `target.path` (a local path, or a Hadoop URI such as
+`s3a://bucket/lake`, see `binlake.lake.storage`); on Databricks the tables are Unity Catalog tables
+`<catalog>.<schema>.<db>__<table>_{bronze,silver}`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from binlake.config import Config
+from binlake.lake.storage import Location, is_local, location
 
 # Set on every table binlake creates. Delta writes a checkpoint of a table's log every this many
 # commits, and a checkpoint costs seconds where a small commit costs a fraction of one; at Delta's
@@ -33,20 +38,32 @@ class TableRef:
 
 @dataclass(frozen=True)
 class Target:
-    root: Path
+    root: str | Path  # a local path or a Hadoop URI
     catalog: str | None = None
     schema: str | None = None
+    # the running SparkSession, through which a URI's files are reached (binlake.lake.storage)
+    session: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, cfg: Config) -> Target:
-        return cls(cfg.target_path, cfg.get("target.catalog"), cfg.get("target.schema"))
+    def of(cls, cfg: Config, session: Callable[[], Any] | None = None) -> Target:
+        return cls(cfg.target_path, cfg.get("target.catalog"), cfg.get("target.schema"), session)
+
+    def _at(self, *parts: str) -> str:
+        return "/".join([str(self.root).rstrip("/"), *parts])
+
+    def storage(self, address: str) -> Location:
+        """Any of the lake's addresses (a table's folder, the checkpoint) as a `Location`."""
+        return location(address, self.session)
+
+    def _file(self, *parts: str) -> Location:
+        return location(self._at("_binlake", *parts), self.session)
 
     def _ref(self, kind: str, source: str) -> TableRef:
         db, table = source.split(".", 1)
         leaf = f"{_safe(db)}__{_safe(table)}"
         prefix = f"{self.catalog}.{self.schema}." if self.catalog and self.schema else f"{kind}."
         name = f"{prefix}{leaf}_{kind}" if self.catalog and self.schema else f"{prefix}{leaf}"
-        return TableRef(name, str(self.root / kind / leaf))
+        return TableRef(name, self._at(kind, leaf))
 
     def bronze(self, source: str) -> TableRef:
         return self._ref("bronze", source)
@@ -56,46 +73,58 @@ class Target:
 
     @property
     def split_state(self) -> str:
-        return str(self.root / "_binlake" / "splits")
+        return self._at("_binlake", "splits")
 
     @property
     def checkpoint(self) -> str:
-        return str(self.root / "_binlake" / "checkpoint")
+        return self._at("_binlake", "checkpoint")
 
-    def captured_schema(self, source: str) -> Path:
+    def captured_schema(self, source: str) -> Location:
         """The table's schema as binlake first captured it: what bronze and silver hold."""
         db, table = source.split(".", 1)
-        return self.root / "_binlake" / "schemas" / f"{_safe(db)}__{_safe(table)}.json"
+        return self._file("schemas", f"{_safe(db)}__{_safe(table)}.json")
 
-    def resnapshot_intent(self, source: str) -> Path:
+    def resnapshot_intent(self, source: str) -> Location:
         """Present while a table is being set up for a snapshot of its own (see `binlake.capture.resnapshot`)."""
         db, table = source.split(".", 1)
-        return self.root / "_binlake" / "resnapshot" / f"{_safe(db)}__{_safe(table)}"
+        return self._file("resnapshot", f"{_safe(db)}__{_safe(table)}")
 
     @property
-    def resnapshot_intents(self) -> Path:
-        return self.root / "_binlake" / "resnapshot"
+    def resnapshot_intents(self) -> Location:
+        return self._file("resnapshot")
 
     @property
-    def stream_start(self) -> Path:
+    def stream_start(self) -> Location:
         """Where a stream without a snapshot starts (see `binlake.capture.startup`)."""
-        return self.root / "_binlake" / "start.json"
+        return self._file("start.json")
 
     @property
-    def source_lineage(self) -> Path:
+    def source_lineage(self) -> Location:
         """The server binlake reads and its binlog files' creation times (binlake.source.identity)."""
-        return self.root / "_binlake" / "source.json"
+        return self._file("source.json")
 
     @property
-    def gtid_record(self) -> Path:
+    def gtid_record(self) -> Location:
         """The GTID state at the stream's last positions, for a failover (binlake.capture.failover)."""
-        return self.root / "_binlake" / "gtids.json"
+        return self._file("gtids.json")
 
     @property
-    def stream_progress(self) -> Path:
-        return self.root / "_binlake" / "stream.json"
+    def stream_progress(self) -> Location:
+        return self._file("stream.json")
+
+    @property
+    def checkpoint_files(self) -> Location:
+        """The stream checkpoint's folder, for binlake's own reads of it (binlake.lake.checkpoint)."""
+        return self.storage(self.checkpoint)
+
+    @property
+    def schemas(self) -> Location:
+        return self._file("schemas")
 
     @property
     def spark_log(self) -> Path:
-        """Where Spark's own error reports go (binlake prints one line per failure; the traces are here)."""
-        return self.root / "_binlake" / "spark.log"
+        """Where Spark's own error reports go (binlake prints one line per failure; the traces are
+        here): beside the tables on a local lake, in the machine's temporary folder for a URI's."""
+        if is_local(str(self.root)):
+            return Path(self._at("_binlake", "spark.log"))
+        return Path(tempfile.gettempdir()) / "binlake" / "spark.log"

@@ -33,13 +33,23 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from binlake.errors import SourceChangedError
 from binlake.offsets import BinlogPosition, file_index
 from binlake.source.connection import settings
 from binlake.source.dialect import Dialect, server_name
+
+
+class RecordFile(Protocol):
+    """Where the record is kept: a `binlake.lake.storage.Location`, whose write replaces it whole."""
+
+    def exists(self) -> bool: ...
+
+    def read_text(self) -> str: ...
+
+    def write_text(self, text: str) -> None: ...
+
 
 # a server restarted when its start time (now - Uptime) moved by more than this
 RESTART_SLACK = 3.0
@@ -173,16 +183,13 @@ class Lineage:
     failover: dict[str, Any] | None = None  # the latest: epoch, start (here), applied (GTIDs had), from, at
 
     @classmethod
-    def load(cls, path: Path) -> Lineage | None:
+    def load(cls, path: RecordFile) -> Lineage | None:
         if not path.exists():
             return None
         return cls.from_dict(json.loads(path.read_text()))
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1))
-        tmp.replace(path)
+    def save(self, path: RecordFile) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=1))
 
     def anchor(self, position: BinlogPosition, created: int | None = None) -> Anchor:
         """`position` with what identifies its history. A position on a server before the failover is,

@@ -1,4 +1,11 @@
-"""The one place a local SparkSession with Delta is built."""
+"""The one place binlake's SparkSession is had: the launcher's, or a local one with Delta.
+
+Under `spark-submit` (any master: a standalone cluster, YARN, Kubernetes) or in a process where
+Spark already runs, binlake takes that session and its configuration as they are: the master, the
+packages, the executors' Python. It adds only the settings it needs that the launcher left unset
+(Delta's SQL extension and catalog, UTC session time, ...). It builds `local[N]` only when it starts
+Spark itself.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,24 @@ from binlake.spark import jvm
 
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 DELTA_JARS = ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar")
+DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+# what binlake needs of any session it runs in; a launcher's own value of a key is kept
+SETTINGS = (
+    ("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"),
+    ("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"),
+    ("spark.sql.session.timeZone", "UTC"),
+    ("spark.databricks.delta.snapshotPartitions", "2"),
+    # Delta keeps each table's log state it read in the driver (10,000 tables by default): with a
+    # thousand captured tables a restart filled a 2 GB heap (OutOfMemoryError); a table not among
+    # the last 64 read is read again from its log and checkpoint
+    ("spark.databricks.delta.delta.log.cacheSize", "64"),
+    ("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false"),
+    ("spark.sql.execution.arrow.pyspark.enabled", "true"),
+    ("spark.python.worker.reuse", "true"),
+    ("spark.sql.streaming.stopGracefullyOnShutdown", "true"),
+    # the Python side's connection to a JVM result socket; 15 s is too short on a loaded machine
+    ("spark.python.authenticate.socketTimeout", "120s"),
+)
 
 
 def jars_dir() -> Path:
@@ -56,16 +81,26 @@ def submit_args(java: str) -> str:
             f"--driver-java-options {shlex.quote(java)} pyspark-shell")
 
 
+def launched() -> bool:
+    """Whether a launcher started Spark for this process: spark-submit runs a Python driver with the
+    address of the JVM it started, and a process that made a SparkContext itself has one running."""
+    from pyspark import SparkContext
+
+    return "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._active_spark_context is not None
+
+
 def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | None = None):  # type: ignore[no-untyped-def]
-    """The active session if there is one (Databricks, tests), else a local one with Delta, whose
-    Spark errors go to `log_file` (binlake reports each failure in one line)."""
+    """The active session if there is one (Databricks, tests), the launcher's if one started Spark
+    (see the module), else a local one with Delta, whose Spark errors go to `log_file` (binlake
+    reports each failure in one line)."""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
-
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    if launched():
+        return launcher_session(app_name)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_SUBMIT_ARGS", submit_args(java_options()))
@@ -75,25 +110,12 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     # py4j logs a foreachBatch function's exception with its traceback; binlake reports it in one line
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     conf = SparkConf().setMaster(f"local[{max(1, parallelism)}]").setAppName(app_name).setAll([
-        ("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"),
-        ("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"),
+        *SETTINGS,
         ("spark.sql.shuffle.partitions", str(max(2, parallelism))),
         ("spark.default.parallelism", str(max(2, parallelism))),
         ("spark.ui.enabled", "false"),
         ("spark.ui.showConsoleProgress", "false"),
-        ("spark.sql.session.timeZone", "UTC"),
         ("spark.driver.memory", os.environ.get("BINLAKE_DRIVER_MEMORY", "2g")),
-        ("spark.databricks.delta.snapshotPartitions", "2"),
-        # Delta keeps each table's log state it read in the driver (10,000 tables by default): with a
-        # thousand captured tables a restart filled a 2 GB heap (OutOfMemoryError); a table not among
-        # the last 64 read is read again from its log and checkpoint
-        ("spark.databricks.delta.delta.log.cacheSize", "64"),
-        ("spark.databricks.delta.properties.defaults.enableChangeDataFeed", "false"),
-        ("spark.sql.execution.arrow.pyspark.enabled", "true"),
-        ("spark.python.worker.reuse", "true"),
-        ("spark.sql.streaming.stopGracefullyOnShutdown", "true"),
-        # the Python side's connection to a JVM result socket; 15 s is too short on a loaded machine
-        ("spark.python.authenticate.socketTimeout", "120s"),
     ])
     if delta_jars()[0] not in os.environ["PYSPARK_SUBMIT_ARGS"]:  # the caller's own arguments
         conf.set("spark.jars", ",".join(delta_jars()))
@@ -102,3 +124,25 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def launcher_session(app_name: str = "binlake"):  # type: ignore[no-untyped-def]
+    """The session of the Spark a launcher started: its master and settings, with `SETTINGS` added
+    where it left them unset; Delta's classes must be on its class path (`--packages`)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    SparkContext._ensure_initialized()  # connects to the launcher's JVM
+    assert SparkContext._jvm is not None
+    if not SparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable("io.delta.sql.DeltaSparkSessionExtension"):
+        raise ConfigError(f"the Spark that launched binlake has no Delta classes; binlake needs {DELTA_PACKAGE}: "
+                          f"pass --packages {DELTA_PACKAGE} to spark-submit")
+    context = SparkContext._active_spark_context
+    if context is None:
+        conf = SparkConf()  # the launcher's settings: --master, --conf, spark-defaults.conf
+        conf.setIfMissing("spark.app.name", app_name)
+        for key, value in SETTINGS:
+            conf.setIfMissing(key, value)
+        SparkContext(conf=conf)
+    return SparkSession.builder.getOrCreate()
