@@ -1,4 +1,4 @@
-.PHONY: setup setup-cluster test test-cluster test-all test-mysql unit demo bench soak clean dev-db-stop
+.PHONY: setup setup-cluster test test-cluster test-cluster-all test-all test-mysql unit demo bench soak clean dev-db-stop
 
 setup:
 	@bash scripts/setup.sh
@@ -13,9 +13,13 @@ test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 --ignore=tests/cluster tests
 
 # binlake under spark-submit on a standalone Spark cluster (master, worker, two executors) and with its lake
-# on a SeaweedFS S3 server, both started by the tests, on both servers (tests/cluster)
+# on a SeaweedFS S3 server, both started by the tests (tests/cluster); each test on the day's server
+# (tests/cluster/conftest.py), on both with test-cluster-all
 test-cluster: setup-cluster
 	.venv/bin/python -m pytest -q --durations=10 tests/cluster
+
+test-cluster-all: setup-cluster
+	BINLAKE_TEST_CLUSTER_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q --durations=10 tests/cluster
 
 # every test, the slow ones on both servers (over an hour on 2 cores)
 test-all: setup
