@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from binlake.config import Config
 from binlake.errors import ConfigError
@@ -26,11 +26,14 @@ from binlake.source.catalog import captured_tables, load_schema
 from binlake.source.connection import Connections, connect
 from binlake.source.dialect import Dialect, binlog_head
 from binlake.source.identity import Lineage, identify
+from binlake.source.reconnect import retrying
 
 # the one place capture/ reaches into spark/: the first step that needs Spark starts it
 from binlake.spark.session import get_spark
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -96,6 +99,11 @@ class Context:
             idle, self._idle = self._idle, []
         for held in idle:
             held.close()
+
+    def retrying(self, doing: str, call: Callable[[], T]) -> T:
+        """`call()` on connections of its own, retried while the source is away (a restart, a network
+        cut) for up to `source.reconnect-timeout` seconds: what a run asks the server between its reads."""
+        return retrying(self.params, float(self.cfg.get("source.reconnect-timeout")), doing, call)
 
     @property
     def params(self) -> dict[str, Any]:

@@ -51,7 +51,8 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
     while attempt < 3:
         checked = False
         try:
-            check_position(ctx)
+            # a source restarting right after the snapshot is ridden out here as it is in the reads
+            ctx.retrying("checking the stored position", lambda: check_position(ctx))
             checked = True
             run_stream(ctx, until_caught_up)
             return

@@ -80,7 +80,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     start, since, applied = _start(ctx, splits)
     checkpoint = ctx.target.checkpoint
     app = stream_id(ctx.target.checkpoint_files)
-    target = current_position(ctx) if until_caught_up else None
+    target = ctx.retrying("asking for the binlog head", lambda: current_position(ctx)) if until_caught_up else None
     history = ctx.versions()
     job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
                      None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
@@ -124,8 +124,8 @@ def _start(ctx: Context, splits: dict[str, list[Split]]) -> tuple[BinlogPosition
     the GTIDs it names as had): after a snapshot, its lowest high watermark."""
     if ctx.cfg.get("stream.startup-mode") in SNAPSHOT_MODES:
         hws = [s.hw for ss in splits.values() for s in ss if s.hw is not None]
-        return (min(hws) if hws else current_position(ctx)), None, None
-    chosen = _startup(ctx)
+        return (min(hws) if hws else ctx.retrying("asking for the binlog head", lambda: current_position(ctx))), None, None
+    chosen = ctx.retrying("resolving the startup position", lambda: _startup(ctx))
     return chosen.position, chosen.since, chosen.applied
 
 
