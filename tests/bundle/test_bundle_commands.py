@@ -66,7 +66,7 @@ def bundle_commands(text: str) -> list[Command]:
     found: list[Command] = []
     for block in SH_BLOCK.findall(text):
         env: dict[str, str] = {}
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # a command continued over lines is one
             words = shlex.split(line, comments=True)
             if words[:1] == ["export"]:
                 env.update(w.split("=", 1) for w in words[1:] if "=" in w)
