@@ -113,11 +113,9 @@ class Source:
         root through the root's own loader, as binlake's dev-db runs mysqld; MariaDB's own names."""
         if self.server == "mariadb":
             return [{"mysql": "mariadb", "mysqlbinlog": "mariadb-binlog"}[name]]
-        from binlake.commands.devdb import mysql_root
+        from binlake.commands.devdb import mysql_root, root_program
 
-        root = mysql_root()
-        return [str(root / "lib64" / "ld-linux-x86-64.so.2"), "--library-path",
-                str(root / "usr" / "lib" / "x86_64-linux-gnu"), str(root / "usr" / "bin" / name)]
+        return root_program(mysql_root() / "usr" / "bin" / name)
 
     def cpu_s(self) -> float:
         """CPU seconds the server process has used so far."""

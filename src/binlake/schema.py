@@ -388,12 +388,12 @@ class TableSchema:
                 lines.append(f"    out[n{i}] = e{i}(v)")
                 continue
             test, text, names = fast
-            for name, value in names.items():
-                env[f"{name}{i}" if name == "text" else name] = value
-            text = text.replace("text(v)", f"text{i}(v)")
+            for name, value in names.items():  # each column's names its own: `text` differs by charset
+                env[f"{name}_{i}"] = value
+                test, text = (re.sub(rf"\b{name}\b", f"{name}_{i}", code) for code in (test, text))
             lines.append(f"    out[n{i}] = ({text}) if {test} else e{i}(v)")
         lines.append("    return out")
-        exec(compile("\n".join(lines), f"<binlake row encoder of {self.name}>", "exec"), env)
+        exec(compile("\n".join(lines), f"<binlake row encoder of {self.name}>", "exec"), env)  # noqa: S102
         return env["encode_row"]  # type: ignore[no-any-return]
 
     def refusal(self) -> str | None:

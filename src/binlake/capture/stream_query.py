@@ -26,7 +26,6 @@ from binlake.lake.evolution import Version
 from binlake.offsets import BinlogPosition
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect
-from binlake.source.reconnect import retrying
 from binlake.splits import Split
 
 log = logging.getLogger(__name__)
@@ -172,8 +171,7 @@ def _gtid_record(ctx: Context, start: BinlogPosition) -> GtidRecord:
             finally:
                 conn.close()
 
-        record.put(position, *retrying(ctx.params, float(ctx.cfg.get("source.reconnect-timeout")),
-                                       "reading the GTID state", read))
+        record.put(position, *ctx.retrying("reading the GTID state", read))
     return record
 
 

@@ -77,8 +77,15 @@ def mysqld_command() -> list[str]:
     if not mysqld.exists():
         raise ConfigError(f"MySQL is not installed in {root}; binlake's MySQL dev-db needs it: run make setup "
                           "(as root once), or point BINLAKE_MYSQL_ROOT at a root with usr/sbin/mysqld")
+    return root_program(mysqld)
+
+
+def root_program(program: Path) -> list[str]:
+    """How to run a program of the private root (mysqld, mysqlbinlog) from outside it: through the
+    root's own loader, with the root's libraries."""
+    root = mysql_root()
     return [str(root / "lib64" / "ld-linux-x86-64.so.2"), "--library-path",
-            str(root / "usr" / "lib" / "x86_64-linux-gnu"), str(mysqld)]
+            str(root / "usr" / "lib" / "x86_64-linux-gnu"), str(program)]
 
 
 def mysql_files() -> tuple[str, ...]:
