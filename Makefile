@@ -38,6 +38,8 @@ demo:
 	@BINLAKE_SKIP_MYSQL=1 BINLAKE_SKIP_CLASS_ARCHIVE=1 bash scripts/setup.sh
 	@bash scripts/demo.sh
 
+# the snapshot section's standalone-cluster run needs only what setup installs (pyspark's scripts, Delta's
+# jars), not setup-cluster's SeaweedFS and S3A jars
 bench: setup
 	.venv/bin/python bench/run.py
 

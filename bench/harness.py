@@ -179,8 +179,10 @@ def create_customer(source: Source, database: str, rows: int, table: str = "cust
     return time.monotonic() - began
 
 
-def write_config(name: str, source: Source, tables: list[str], **snapshot: Any) -> tuple[Path, Path]:
-    """A fresh lake and a configuration for it; returns (config path, lake path)."""
+def write_config(name: str, source: Source, tables: list[str], *, file_uri: bool = False,
+                 **snapshot: Any) -> tuple[Path, Path]:
+    """A fresh lake and a configuration for it; returns (config path, lake path). With `file_uri` the
+    lake is addressed as `file:/...`, as a cluster's lake is (README, "Running on a Spark cluster")."""
     base = WORK / name
     if base.exists():
         shutil.rmtree(base)
@@ -189,7 +191,7 @@ def write_config(name: str, source: Source, tables: list[str], **snapshot: Any) 
     lines = [
         "source:", "  hostname: 127.0.0.1", f"  port: {source.port}", "  username: root", "  password: ''",
         "  tables: [" + ", ".join(f"'{t}'" for t in tables) + "]", "  server-id: 6100-6108",
-        "target:", f"  path: {lake}",
+        "target:", f"  path: {'file:' if file_uri else ''}{lake}",
     ]
     if snapshot:
         lines.append("snapshot:")

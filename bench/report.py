@@ -179,8 +179,10 @@ def _snapshot_lines(s: dict[str, Any] | None) -> list[str]:
     return [
         "", f"## Snapshot ({_n(s['rows'])} rows, {s['table']}{_server(s)})", "",
         "| path | rows/s | seconds |", "|---|---|---|",
-        f"| `binlake snapshot` end to end (CLI wall time, default parallelism) | {_n(s['rows_per_s'])} | {_n(s['wall_s'], 1)} |",
+        f"| `binlake snapshot` end to end (CLI wall time, `local[2]`, default parallelism) | "
+        f"{_n(s['rows_per_s'])} | {_n(s['wall_s'], 1)} |",
         f"| the same, in-process snapshot only (from its `-v` log) | {_n(s['in_process_rows_per_s'])} | {_n(s['in_process_s'], 1)} |",
+        *_cluster_rows(s),
         f"| baseline: mysqlclient SSCursor `SELECT *` | {_n(s['mysqlclient_sscursor_rows_per_s'])} | |",
         f"| baseline: the server's client, `-B -e 'SELECT *'` | {_n(s.get('cli_rows_per_s', s.get('mariadb_cli_rows_per_s')))} | |",
         "",
@@ -190,7 +192,32 @@ def _snapshot_lines(s: dict[str, Any] | None) -> list[str]:
         f"binlake's processes, {_n(s.get('server_cpu_s_per_1m_rows'), 1)} s in the server. Peak RSS of the process "
         f"tree {_n(s['peak_rss_mb'])} MB ({', '.join(f'{k} {v:,.0f}' for k, v in s['peak_rss_parts_mb'].items())}); "
         f"summed PSS, which counts pages shared by forked Python workers once, {_n(s.get('peak_pss_mb'))} MB.",
+        *_cluster_note(s),
     ]
+
+
+def _cluster_rows(s: dict[str, Any]) -> list[str]:
+    if "cluster_rows_per_s" not in s:
+        return []
+    return [
+        f"| the same on a standalone cluster, {s['cluster_executors']} executors (`spark-submit` wall "
+        f"time) | {_n(s['cluster_rows_per_s'])} | {_n(s['cluster_wall_s'], 1)} |",
+        f"| the same on the cluster, in-process snapshot only | {_n(s['cluster_in_process_rows_per_s'])} | "
+        f"{_n(s['cluster_in_process_s'], 1)} |",
+    ]
+
+
+def _cluster_note(s: dict[str, Any]) -> list[str]:
+    if "cluster_rows_per_s" in s:
+        return ["", f"On the standalone cluster ({s['cluster']}): "
+                f"{_n(s.get('cluster_ratio_to_local'), 3)} of the `local[2]` rate end to end, "
+                f"{_n(s.get('cluster_ratio_to_local_in_process'), 3)} in-process; {s['cluster_chunks']} "
+                f"chunks; CPU {_n(s['cluster_cpu_s_per_1m_rows'], 1)} s per 1M rows in the driver's "
+                f"processes, the worker and its executors; the cluster took {_n(s['cluster_start_s'], 1)} s to start "
+                "(not counted)."]
+    if s.get("cluster_reason"):
+        return ["", f"Standalone cluster: not measured: {s['cluster_reason']}"]
+    return []
 
 
 def _stream_lines(st: dict[str, Any] | None) -> list[str]:
@@ -261,6 +288,8 @@ def draw_chart(results: dict[str, Any], path: Path) -> bool:
                  ("snapshot\nin-process", s["in_process_rows_per_s"] or 0, "tab:cyan"),
                  ("SELECT *\nmysqlclient", s["mysqlclient_sscursor_rows_per_s"], "tab:gray"),
                  ("SELECT *\nclient -B", s.get("cli_rows_per_s", s.get("mariadb_cli_rows_per_s", 0)), "tab:gray")]
+        if s.get("cluster_rows_per_s"):
+            bars.insert(2, ("snapshot\ncluster", s["cluster_rows_per_s"], "tab:blue"))
     if pe and pe.get("flink_cdc_rows_per_s"):
         bars.append(("snapshot\nFlink CDC", pe["flink_cdc_rows_per_s"], "tab:purple"))
     if st and "rows_per_s" in st:

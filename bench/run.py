@@ -2,7 +2,8 @@
 
 Sections, each measured against a baseline taken in the same run:
   snapshot  `binlake snapshot` of a TPC-DS customer table vs one raw SELECT * (mysqlclient, the server's
-            own client), on MariaDB and on MySQL (`snapshot-mysql`, with its ratio to MariaDB's)
+            own client), on MariaDB and on MySQL (`snapshot-mysql`, with its ratio to MariaDB's); on
+            MariaDB also on a standalone Spark cluster of two executors (`cluster_*`, next to `local[2]`)
   stream    `binlake stream --until-caught-up` over a burst of changes vs the server's `mysqlbinlog -v`,
             on both servers
   latency   commit-to-silver latency under a steady writer while `binlake run` streams, at

@@ -3,10 +3,13 @@ server (MariaDB, then MySQL: the same rows, the same settings).
 
 The baseline is the fastest C-backed client here: mysqlclient (MySQLdb, unbuffered SSCursor) and the
 server's own command-line client (`mariadb -B`, `mysql -B`), each the best of two runs. binlake's
-figure is the wall time of the whole CLI process (JVM start, planning, reading, bronze and silver), and
-also the pipeline's own in-process snapshot time from its `-v` log; `cpu_s_per_1m_rows` is the CPU
-time of binlake's whole process tree (CLI, JVM, Python workers) per million rows, and
-`server_cpu_s_per_1m_rows` the server's own during the run.
+figure is the wall time of the whole CLI process (JVM start, planning, reading, bronze and silver) in
+local mode (`local[2]`), and also the pipeline's own in-process snapshot time from its `-v` log;
+`cpu_s_per_1m_rows` is the CPU time of binlake's whole process tree (CLI, JVM, Python workers) per
+million rows, and `server_cpu_s_per_1m_rows` the server's own during the run.
+
+On MariaDB the same snapshot then runs on a standalone Spark cluster with two executors, under
+`spark-submit` (the `cluster_*` figures, bench/snapshot_cluster.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import snapshot_cluster
 from harness import WORK, Source, create_customer, parse_snapshot_line, rate, run_cli, write_config
 
 DATABASE = "bench"
@@ -139,8 +143,10 @@ def run(source: Source, rows: int, mariadb: dict[str, Any] | None = None) -> tup
         "peak_rss_mb": f["peak_rss_mb"],
         "peak_rss_parts_mb": f["peak_rss_parts_mb"],
         "peak_pss_mb": f["peak_pss_mb"],
-        "section_s": round(time.monotonic() - began, 1),
     }
+    if source.server == "mariadb":
+        out.update(snapshot_cluster.run(source, DATABASE, TABLE, rows, out))
+    out["section_s"] = round(time.monotonic() - began, 1)
     if mariadb and mariadb.get("rows_per_s") and mariadb.get("rows") == rows:
         out["ratio_to_mariadb"] = round(f["rows_per_s"] / mariadb["rows_per_s"], 4)
     return out, snap

@@ -1,6 +1,9 @@
 """The real parts the cluster tests start: a SeaweedFS server with its S3 gateway, a standalone Spark
 cluster (a master and a worker, from the pyspark package's own `spark-class`), and `binlake run`
-given to `spark-submit` as a user runs it (README, "Running on a Spark cluster")."""
+given to `spark-submit` as a user runs it (README, "Running on a Spark cluster").
+
+No pytest here: the benchmark's snapshot section starts its standalone cluster and submits with
+these too (bench/snapshot_cluster.py)."""
 
 from __future__ import annotations
 
@@ -40,6 +43,16 @@ def missing_tools() -> str | None:
     needed = [CLUSTER_TOOLS / "weed", *(CLUSTER_TOOLS / "jars" / j for j in S3_JARS)]
     gone = [str(p) for p in needed if not p.is_file()]
     return f"{', '.join(gone)} missing: run make setup-cluster" if gone else None
+
+
+def missing_cluster_tools() -> str | None:
+    """What a standalone cluster and a `spark-submit` of binlake need that is not here, if anything:
+    pyspark's own scripts and Delta's jars (`make setup`; the SeaweedFS and S3A parts of `make
+    setup-cluster` are for S3 lakes only)."""
+    needed = [spark_home() / "bin" / name for name in ("spark-class", "spark-submit")]
+    needed += [jars_dir() / j for j in DELTA_JARS]
+    gone = [str(p) for p in needed if not p.is_file()]
+    return f"{', '.join(gone)} missing: run make setup" if gone else None
 
 
 def spark_home() -> Path:
@@ -141,6 +154,7 @@ def seaweedfs(folder: Path) -> Iterator[S3]:
 class Cluster:
     url: str  # the master's
     work: Path  # the worker's folder: an application's executors each have one in it
+    worker: int  # the worker JVM's pid: the executors it starts are its children
 
     def executors(self) -> dict[str, list[str]]:
         """Per application the worker ran, the ids of its executors."""
@@ -176,7 +190,7 @@ def standalone_cluster(folder: Path, cores: int = 2) -> Iterator[Cluster]:
                          "--cores", str(cores), "--memory", "3g", "--webui-port", str(worker_ui),
                          "--work-dir", str(folder / "work")], folder / "worker.log", env)
         _wait("the Spark worker", lambda: workers() >= 1, worker, folder / "worker.log")
-        yield Cluster(url, folder / "work")
+        yield Cluster(url, folder / "work", worker.pid)
     finally:
         for proc in (worker, master):
             if proc is not None:
