@@ -113,7 +113,7 @@ def test_history_inserts_with_nothing_newer_are_appended_and_a_replay_adds_nothi
 
 
 def test_a_silver_built_in_another_shape_is_refused(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    b, s = setup(spark, tmp_path, SOFT)
+    _, s = setup(spark, tmp_path, SOFT)
     with pytest.raises(ConfigError, match=r"built with silver.deletes: soft, silver.history: 1; the configuration now "
                                           r"says silver.deletes: hard, silver.history: 2"):
         silver.ensure_table(spark, s, SCHEMA, HISTORY)
