@@ -83,7 +83,7 @@ class HotWriters:
                 else:
                     cur.execute("INSERT IGNORE INTO t VALUES (%s, %s, 0)", (key, token))
                 self.done += 1
-                time.sleep(0.005)
+                time.sleep(0.02)
 
 
 def replay(port: int, database: str, start: Any) -> dict[int, list[Event]]:
