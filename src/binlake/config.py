@@ -45,6 +45,8 @@ TYPE_CHANGES = ("rewrite", "widen")
 ON_SOURCE_CHANGE = ("fail", "resnapshot")
 SCHEMA_CHANGES = ("evolve", "lenient", "ignore", "fail")
 STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
+SILVER_DELETES = ("hard", "soft")
+SILVER_HISTORY = ("1", "2")
 
 
 # section -> key -> (declared type, default, description); see binlake.config_values
@@ -107,6 +109,15 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
                              "position (another server, a new data directory, a restore from an older backup): "
                              "`fail` (exit code 1, saying what was stored and what the server has), or "
                              "`resnapshot` the captured tables"),
+    },
+    "silver": {
+        "deletes": (choice(*SILVER_DELETES), "hard",
+                    "a row deleted at the source: `hard` (gone from silver), or `soft` (kept, with `_deleted` true "
+                    "and the delete's `_seq` and `_ts`; a key inserted again is live again)"),
+        "history": (choice(*SILVER_HISTORY), "1",
+                    "`1`: one row per key, its current state (SCD type 1); `2`: every version of each row, "
+                    "from `__START_AT` (its change's `_seq`) to `__END_AT` (the next change's; NULL while "
+                    "current), as Databricks AUTO CDC's SCD type 2"),
     },
     "databricks": {
         "secret-scope": (OPTIONAL_TEXT, None, "secret scope holding the source password"),

@@ -26,7 +26,8 @@ VAR_REF = re.compile(r"\$\{var\.([A-Za-z0-9_]+)\}")
 JOB_PARAM_REF = re.compile(r"\{\{job\.parameters\.([A-Za-z0-9_]+)\}\}")
 EXPECTED_VARIABLES = {
     "source_host", "source_port", "source_user", "password_secret_scope", "password_secret_key",
-    "tables", "state_volume", "catalog", "schema", "chunk_size", "snapshot_concurrency", "scd_type", "schedule",
+    "tables", "state_volume", "catalog", "schema", "chunk_size", "snapshot_concurrency", "scd_type", "silver_deletes",
+    "schedule",
 }
 PLAN_NOTEBOOK = ROOT / "src" / "notebooks" / "plan.py"
 
@@ -296,7 +297,8 @@ def test_pipeline_configuration_names_real_config_keys(bundle: Bundle) -> None:
         "binlake.target.catalog": "${var.catalog}",
         "binlake.target.schema": "${var.schema}",
         "binlake.snapshot.chunk-size": "${var.chunk_size}",
-        "binlake.silver.scd-type": "${var.scd_type}",
+        "binlake.silver.history": "${var.scd_type}",
+        "binlake.silver.deletes": "${var.silver_deletes}",
     }
     assert conf == expected
 
@@ -336,6 +338,7 @@ def test_variables(bundle: Bundle) -> None:
     assert variables["chunk_size"]["default"] == 8096 == config_mod.SCHEMA["snapshot"]["chunk-size"][1]
     assert variables["snapshot_concurrency"]["default"] == 8
     assert variables["scd_type"]["default"] == 1
+    assert variables["silver_deletes"]["default"] == "hard" == config_mod.SCHEMA["silver"]["deletes"][1]
     for name, body in variables.items():
         assert body.get("description"), f"variable {name} has no description"
 

@@ -247,8 +247,32 @@ def test_scd_type_2_needs_databricks() -> None:
     """Open-source Spark refuses the argument before the flow reaches any pipeline graph."""
     from pyspark import pipelines as dp
 
-    with pytest.raises(ConfigError, match="scd-type is 2.*Databricks"):
+    with pytest.raises(ConfigError, match="silver.history is 2.*Databricks"):
         pipeline_source.auto_cdc_flow(dp, "shop__orders_silver", "shop__orders_changes", ["id"], 2)
+
+
+def test_silver_history_is_the_scd_type_and_scd_type_its_older_spelling() -> None:
+    assert pipeline_source.scd_type({"binlake.silver.history": "2"}.get) == 2
+    assert pipeline_source.scd_type({"binlake.silver.history": "2", "binlake.silver.scd-type": "2"}.get) == 2
+    with pytest.raises(ConfigError, match="binlake.silver.history is 1 and binlake.silver.scd-type .* is 2"):
+        pipeline_source.scd_type({"binlake.silver.history": "1", "binlake.silver.scd-type": "2"}.get)
+
+
+@pytest.mark.parametrize("soft", [False, True])
+def test_soft_deletes_leave_apply_as_deletes_out(soft: bool) -> None:
+    """Soft: a delete is applied as the row's last image (its `_deleted` column set in the view), so
+    AUTO CDC gets no `apply_as_deletes`; type 2 is passed as `stored_as_scd_type`."""
+    calls: list[dict[str, object]] = []
+
+    class Graph:
+        @staticmethod
+        def create_auto_cdc_flow(**kwargs: object) -> None:
+            calls.append(kwargs)
+
+    pipeline_source.auto_cdc_flow(Graph, "shop__orders_silver", "shop__orders_changes", ["id"], 2, soft)
+    (call,) = calls
+    assert call["stored_as_scd_type"] == 2
+    assert ("apply_as_deletes" in call) is not soft
 
 
 def test_dataset_names_follow_the_target_naming() -> None:

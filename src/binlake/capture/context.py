@@ -19,6 +19,7 @@ from binlake.config import Config
 from binlake.errors import ConfigError
 from binlake.lake import arrow_commit
 from binlake.lake.evolution import History, Version
+from binlake.lake.silver_shape import Shape
 from binlake.lake.target import Target
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
@@ -126,7 +127,8 @@ class Context:
                     )
                 chunk_keys = self.cfg.get("source.chunk-key")
                 loaded = [load_schema(conn, d, t, chunk_keys) for d, t in tables]
-                refused = next((r for r in map(TableSchema.refusal, loaded) if r), None)
+                refused = next((r for r in [*map(TableSchema.refusal, loaded), *map(self.shape.refusal, loaded)]
+                                if r), None)
                 if refused:
                     raise ConfigError(refused)
                 self._schemas = {s.name: self._captured(s) for s in loaded}
@@ -142,6 +144,11 @@ class Context:
             return history.latest()
         history.start(schema)
         return schema
+
+    @property
+    def shape(self) -> Shape:
+        """What silver keeps beyond the current rows (`silver.deletes`, `silver.history`)."""
+        return Shape.of(self.cfg)
 
     def history(self, name: str) -> History:
         return History(self.target.captured_schema(name))

@@ -111,7 +111,7 @@ class MicroBatch:
         bronze_s = time.monotonic() - t
         t = time.monotonic()
         silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
-                     bronze_may_be_newer=replay, inserts_only=not row["others"])
+                     bronze_may_be_newer=replay, inserts_only=not row["others"], shape=ctx.shape)
         return bronze_s, time.monotonic() - t
 
     def land_arrow(self, schema: TableSchema, typed: Any, row: Any) -> tuple[float, float] | None:
@@ -120,10 +120,11 @@ class MicroBatch:
         is to write them."""
         name = schema.name
         b, s = self.ctx.target.bronze(name).location, self.ctx.target.silver(name).location
-        if schema.multiset or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0)):
+        # every version (SCD type 2) is a Spark MERGE: its ends come from a window over the key's history
+        if schema.multiset or self.ctx.shape.versions or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0)):
             return None
         into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
-        into_silver = arrow_commit.writable(s, silver.struct(schema).fieldNames())
+        into_silver = arrow_commit.writable(s, silver.struct(schema, self.ctx.shape).fieldNames())
         if into_bronze is None or into_silver is None:
             return None
         t = time.monotonic()
@@ -131,7 +132,7 @@ class MicroBatch:
         arrow_commit.append(into_bronze, changes)
         faults.point("mid_stream", name)
         bronze_s = time.monotonic() - t
-        silver.apply_arrow(into_silver, schema, changes, inserts_only=not row["others"])
+        silver.apply_arrow(into_silver, schema, changes, inserts_only=not row["others"], shape=self.ctx.shape)
         return bronze_s, time.monotonic() - t - bronze_s
 
     def evolving(self, name: str, rows: Any, app_id: str, batch_id: int, oldest: Any) -> None:
@@ -147,4 +148,5 @@ class MicroBatch:
                 log.warning("%s: schema %s at binlog %s%s", name, "truncated" if v.kind == "truncate" else "changed",
                             v.at, f" (renamed {v.renames})" if v.renames else "")
         apply_batch(ctx.session(), rows, history[name], new, self.policy, ctx.target.bronze(name).location,
-                    ctx.target.silver(name).location, app_id, batch_id, oldest, ctx.cfg.get("target.type-changes"))
+                    ctx.target.silver(name).location, app_id, batch_id, oldest, ctx.cfg.get("target.type-changes"),
+                    ctx.shape)

@@ -53,7 +53,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: OnBatch | None = Non
         for name, schema in ctx.schemas().items():
             if on_batch is None:
                 bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
-                silver.ensure_table(spark, ctx.target.silver(name).location, schema)
+                silver.ensure_table(spark, ctx.target.silver(name).location, schema, ctx.shape)
             tail = last.get(name)
             if tail is not None and tail.end is None:
                 continue  # fully planned

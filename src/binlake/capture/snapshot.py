@@ -195,7 +195,8 @@ class Reading:
         for group in sorted(by_group):
             landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False, landing=landing)
         location = self.ctx.target.silver(schema.name).location
-        if not landing.spilled and silver.insert_snapshot_arrow(schema, landing.snapshot_rows(), location):
+        if not landing.spilled and silver.insert_snapshot_arrow(schema, landing.snapshot_rows(), location,
+                                                                   self.ctx.shape):
             faults.point("after_silver_chunks", schema.name)
         else:
             apply_to_silver(self.ctx, schema, landed, record=False)
@@ -346,7 +347,7 @@ def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split], reco
     b = ctx.target.bronze(schema.name).location
     chunks = [s.index for s in landed]
     rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
-    silver.insert_snapshot(spark, schema, rows, ctx.target.silver(schema.name).location, b)
+    silver.insert_snapshot(spark, schema, rows, ctx.target.silver(schema.name).location, b, ctx.shape)
     faults.point("after_silver_chunks", schema.name)
     if record:
         split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])

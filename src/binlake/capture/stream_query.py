@@ -75,7 +75,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     splits = _snapshot_splits(ctx)
     for name, schema in schemas.items():
         bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
-        silver.ensure_table(spark, ctx.target.silver(name).location, schema)
+        silver.ensure_table(spark, ctx.target.silver(name).location, schema, ctx.shape)
     start, since, applied = _start(ctx, splits)
     checkpoint = ctx.target.checkpoint
     app = stream_id(ctx.target.checkpoint_files)

@@ -4,6 +4,9 @@ The source side is read with plain SELECTs per planned chunk (through the same e
 conversion the pipeline uses); both sides are reduced to a row count and a content checksum per
 chunk (sum of xxhash64 over every column). Silver rows whose key is no longer in the source are
 placed in their chunk by the server's key order. Exit code 1 names the chunks that differ.
+
+Silver's rows that are the source's now are compared: with history (SCD type 2) each key's current
+version (`__END_AT` NULL), with soft deletes the rows not marked `_deleted`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from binlake.config import Config
 from binlake.keys import KeyOrder
 from binlake.lake import bronze
 from binlake.lake import split_state as state
+from binlake.lake.silver_shape import DELETED, END
 from binlake.source.chunk_reader import Membership
 from binlake.source.connection import connect
 
@@ -46,6 +50,10 @@ def verify(cfg: Config) -> dict[str, Any]:
             "password", ctx.params["password"]).load()
         src = bronze.typed_flat(raw, schema).cache()
         sil = spark.read.format("delta").load(ctx.target.silver(name).location)
+        if ctx.shape.versions:
+            sil = sil.where(F.col(END).isNull())
+        if ctx.shape.soft:
+            sil = sil.where(~F.col(DELETED))
         names = schema.names
         digest = F.xxhash64(*[F.col(bronze.sql_name(c)) for c in names]).cast("decimal(38,0)")
         # silver rows find their chunk by the chunk key (one chunk per value, however many rows share it)

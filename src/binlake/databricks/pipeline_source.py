@@ -12,11 +12,13 @@ open-source `spark-pipelines`) executes it with `spark` defined. The graph:
 
 The snapshot rows and the binlog changes share one order, `_seq` (a chunk's rows rank at its high
 watermark), so AUTO CDC lets a snapshot row that arrives after a later change of its key lose, as
-the local MERGE does.
+the local MERGE does. `silver.history` is AUTO CDC's `stored_as_scd_type` (2 on Databricks only).
+`silver.deletes: hard` is `apply_as_deletes`; `soft` leaves it out and gives the changes a `_deleted`
+column (`_op = 'd'`), so a delete is applied as the row's last image, as the local MERGE keeps it.
 
 Settings come from the pipeline configuration, `binlake.<section>.<key>` for every key of
-`binlake.config` (`binlake.source.hostname`, ...), plus `binlake.silver.scd-type` (1, or 2 on
-Databricks). The password is read from the secret scope and key named by
+`binlake.config` (`binlake.source.hostname`, `binlake.silver.history`, ...); `binlake.silver.scd-type`
+is the older spelling of `binlake.silver.history`. The password is read from the secret scope and key named by
 `binlake.databricks.secret-scope` / `secret-key`, or locally from BINLAKE_SOURCE_PASSWORD; it is
 never part of the configuration.
 """
@@ -32,12 +34,14 @@ from binlake.databricks import stream_job
 from binlake.databricks.entrypoints import load_with_secret, runtime_dbutils
 from binlake.errors import ConfigError
 from binlake.lake import bronze, silver
+from binlake.lake.silver_shape import DELETED
 from binlake.lake.target import Target
 from binlake.schema import TableSchema
 from binlake.spark.sources import register
 
 CONF_PREFIX = "binlake."
-SCD_TYPE_KEY = "binlake.silver.scd-type"
+SCD_TYPE_KEY = "binlake.silver.scd-type"  # the older spelling of HISTORY_KEY
+HISTORY_KEY = "binlake.silver.history"
 PIPELINE_ONLY_KEYS = frozenset({SCD_TYPE_KEY})  # pipeline settings that are no binlake.config key
 BINLOG_TABLE = "binlake_changes"
 # bronze metadata that silver does not keep; silver keeps what binlake.lake.silver keeps locally
@@ -65,11 +69,16 @@ def conf_overrides(conf_get: Callable[[str], str | None]) -> list[str]:
 
 
 def scd_type(conf_get: Callable[[str], str | None]) -> int:
-    """Silver's SCD type from `binlake.silver.scd-type`: 1 (default) or 2 (Databricks pipelines only)."""
-    raw = (conf_get(SCD_TYPE_KEY) or "1").strip()
-    if raw not in ("1", "2"):
-        raise ConfigError(f"{SCD_TYPE_KEY} is {raw!r}; binlake needs 1 or 2: fix {SCD_TYPE_KEY}")
-    return int(raw)
+    """Silver's SCD type from `binlake.silver.history`, or its older spelling `binlake.silver.scd-type`:
+    1 (default) or 2 (Databricks pipelines only)."""
+    given = {k: (conf_get(k) or "").strip() for k in (HISTORY_KEY, SCD_TYPE_KEY)}
+    for key, raw in given.items():
+        if raw and raw not in ("1", "2"):
+            raise ConfigError(f"{key} is {raw!r}; binlake needs 1 or 2: fix {key}")
+    if given[HISTORY_KEY] and given[SCD_TYPE_KEY] and given[HISTORY_KEY] != given[SCD_TYPE_KEY]:
+        raise ConfigError(f"{HISTORY_KEY} is {given[HISTORY_KEY]} and {SCD_TYPE_KEY} (its older spelling) is "
+                          f"{given[SCD_TYPE_KEY]}; binlake needs one value: remove {SCD_TYPE_KEY}")
+    return int(given[HISTORY_KEY] or given[SCD_TYPE_KEY] or "1")
 
 
 def dataset_name(target: Target, kind: str, source: str) -> str:
@@ -97,6 +106,7 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
 
     cfg = pipeline_config(spark, dbutils)
     scd = scd_type(lambda k: spark.conf.get(k, None))
+    soft = cfg.get("silver.deletes") == "soft"
     ctx = Context(cfg)
     ctx.spark = spark  # the pipeline's session; never a local one
     register(spark)
@@ -107,10 +117,11 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
         return spark.readStream.format("binlake_binlog").options(**job.options()).load()
 
     for name, schema in job.schemas.items():
-        _define_table(dp, spark, ctx.target, name, schema, scd)
+        _define_table(dp, spark, ctx.target, name, schema, scd, soft)
 
 
-def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableSchema, scd: int) -> None:
+def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableSchema, scd: int,
+                  soft: bool = False) -> None:
     from pyspark.sql import functions as F
 
     if schema.multiset:
@@ -131,6 +142,8 @@ def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableS
     # bronze table only grows and can be read as a stream.
     snapshot = spark.readStream.format("delta").load(snapshot_location).where(F.col("_op") == "r")
     frame = binlog.unionByName(snapshot, allowMissingColumns=True)
+    if soft:  # a delete is the row's last image, kept with _deleted (binlake.lake.silver_shape)
+        frame = frame.withColumn(DELETED, F.col("_op") == "d")
 
     @dp.temporary_view(name=view, comment=f"{name}: snapshot rows and binlog changes, typed")
     def changes() -> Any:
@@ -138,31 +151,33 @@ def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableS
 
     table = dataset_name(target, "silver", name)
     dp.create_streaming_table(table, comment=f"{name}: current state (SCD type {scd}) applied by AUTO CDC")
-    auto_cdc_flow(dp, table, view, list(schema.key), scd)
+    auto_cdc_flow(dp, table, view, list(schema.key), scd, soft)
 
 
-def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int) -> None:
-    """Apply `view`'s changes to `table`: per key, the change with the highest `_seq` wins; 'd' deletes.
+def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int, soft: bool = False) -> None:
+    """Apply `view`'s changes to `table`: per key, the change with the highest `_seq` wins; 'd' deletes
+    (hard), or is applied as an image whose `_deleted` is true (`soft`: no `apply_as_deletes`).
 
     Only arguments open-source Spark 4.2's `create_auto_cdc_flow` takes, so one source file serves
     both; it refuses SCD type 2, which Databricks keeps.
     """
+    deletes = {} if soft else {"apply_as_deletes": "_op = 'd'"}
     try:
         dp.create_auto_cdc_flow(
             target=table,
             source=view,
             keys=keys,
             sequence_by="_seq",
-            apply_as_deletes="_op = 'd'",
             except_column_list=list(EXCEPT_COLUMNS),
             stored_as_scd_type=scd,
+            **deletes,
         )
     except TypeError as exc:  # PySparkTypeError
         if scd == 1 or "stored_as_scd_type" not in str(exc):
             raise
         raise ConfigError(
-            f"{SCD_TYPE_KEY} is 2; this Spark's create_auto_cdc_flow keeps SCD type 1 only (open-source "
-            f"Spark), type 2 needs a Databricks pipeline: set {SCD_TYPE_KEY}=1 here"
+            f"{HISTORY_KEY} is 2; this Spark's create_auto_cdc_flow keeps SCD type 1 only (open-source "
+            f"Spark), type 2 (every version) needs a Databricks pipeline: set {HISTORY_KEY}=1 here"
         ) from None
 
 

@@ -6,7 +6,8 @@ after it under the new one. Each stretch is typed with its own version, then
 - bronze takes them all: every column it ever saw, each row image as written (one idempotent append);
 - silver is altered to the policy's columns (`silver_columns`), its older rows get the defaults of
   columns added since, a TRUNCATE deletes what came before it, and the rows, lifted to silver's
-  columns, are merged as usual.
+  columns, are merged as usual. With soft deletes or history (`binlake.lake.silver_shape`) a TRUNCATE
+  is a delete of every row live at it instead (`_truncate_kept`), so tombstones and versions stay.
 Every step is idempotent, so a batch replayed after a crash at any point ends in the same state.
 """
 
@@ -25,6 +26,7 @@ from binlake import faults
 from binlake.errors import SchemaChangedError
 from binlake.lake import bronze, silver
 from binlake.lake.evolution import Policy, Version
+from binlake.lake.silver_shape import DELETED, END, PLAIN, START, Shape
 from binlake.schema import Column, TableSchema
 
 log = logging.getLogger(__name__)
@@ -135,7 +137,7 @@ def value(column: Column, text: str | None) -> Any:
 
 def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], new: list[Version], policy: Policy,
                 bronze_at: str, silver_at: str, app_id: str, batch_id: int, oldest: Any,
-                type_changes: TypeChanges = "rewrite") -> None:
+                type_changes: TypeChanges = "rewrite", shape: Shape = PLAIN) -> None:
     """`rows`: one table's change rows of a micro-batch (`bronze.CHANGES`), markers included; `history`:
     its versions up to the batch's end, `new` the ones this batch marks (both in order)."""
     base = history[len(history) - len(new) - 1] if new else history[-1]
@@ -165,16 +167,38 @@ def apply_batch(spark: SparkSession, rows: DataFrame, history: list[Version], ne
     # includes `_seq` equal to the change's: a snapshot row read at a high watermark that is the DDL's
     # own position (nothing happened in between) was read before it, and no binlog row shares a DDL's _seq.
     first = max((i + 1 for i, v in enumerate(follow) if v.kind == "truncate"), default=0)
-    if first:
+    lifted = [_lift(typed, i, [base, *new], target, policy) for i, (_, typed) in enumerate(stretches)]
+    if first and not shape.plain:
+        _truncate_kept(spark, target, lifted[:first], follow[first - 1].seq, silver_at, bronze_at, oldest, shape)
+    elif first:
         _delta(spark, silver_at).delete(F.col("_seq") <= _seq(follow[first - 1].seq))
     for v in follow:
         for name, text in v.defaults.items():
             if text is not None and name in target.names:
                 (_delta(spark, silver_at).update(condition=(F.col("_seq") <= _seq(v.seq)) & F.col(bronze.sql_name(name)).isNull(),
                                                  set={bronze.sql_name(name): value(target.column(name), text)}))
-    lifted = [_lift(typed, i, [base, *new], target, policy) for i, (_, typed) in enumerate(stretches) if i >= first]
-    if lifted:
-        silver.apply(spark, target, functools.reduce(DataFrame.unionByName, lifted), silver_at, bronze_at, oldest)
+    if lifted[first:]:
+        silver.apply(spark, target, functools.reduce(DataFrame.unionByName, lifted[first:]), silver_at, bronze_at,
+                     oldest, shape=shape)
+
+
+def _truncate_kept(spark: SparkSession, target: TableSchema, before: list[DataFrame], at: int, silver_at: str,
+                   bronze_at: str, oldest: Any, shape: Shape) -> None:
+    """A TRUNCATE at `_seq` `at` where silver keeps deletes or versions: the batch's rows before it
+    applied, then a delete at `at` of every row still live there (its last image; `_ts` NULL: the
+    binlog's schema marker carries no time). A replay finds no row live before `at` any more."""
+    if before:
+        silver.apply(spark, target, functools.reduce(DataFrame.unionByName, before), silver_at, bronze_at,
+                     oldest, shape=shape)
+    held = spark.read.format("delta").load(silver_at)
+    live = held.where(F.col(START if shape.versions else "_seq") < _seq(at))
+    if shape.versions:
+        live = live.where(F.col(END).isNull())
+    if shape.soft:
+        live = live.where(~F.col(DELETED))
+    deletes = live.select(*[F.col(bronze.sql_name(c)) for c in target.names], _seq(at).alias("_seq"),
+                          F.lit(None).cast(T.TimestampType()).alias("_ts"), F.lit("d").alias("_op"))
+    silver.apply(spark, target, deletes, silver_at, bronze_at, at, shape=shape)
 
 
 def _seq(seq: int) -> Any:

@@ -4,6 +4,10 @@ A change is applied only if it is newer than what silver holds (`_seq`), and onl
 no newer change of the same key. The second rule keeps a snapshot row that reaches silver after a
 later binlog delete of its key from bringing the row back: bronze is the tombstone record, so
 silver itself holds only live rows. Applying the same changes twice changes nothing.
+
+With soft deletes (`binlake.lake.silver_shape`) a delete is one more image, the newest `_seq` wins as
+for any other, and silver keeps it with `_deleted` true. Every version (SCD type 2) is
+`binlake.lake.history`'s MERGE.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake import faults
-from binlake.lake import arrow_commit, storage
+from binlake.errors import ConfigError
+from binlake.lake import arrow_commit, history, storage
 from binlake.lake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
+from binlake.lake.silver_shape import DELETED, END, PLAIN, START, Shape
 from binlake.lake.target import CHECKPOINT_INTERVAL
 from binlake.schema import TableSchema
 
@@ -27,8 +33,32 @@ SILVER_META = [T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("_ts",
 DUP = T.StructField("_dup", T.IntegerType())
 
 
-def struct(schema: TableSchema) -> T.StructType:
-    return T.StructType(column_types(schema) + SILVER_META + ([DUP] if schema.multiset else []))
+SHAPE_FIELDS = {DELETED: T.StructField(DELETED, T.BooleanType()), START: T.StructField(START, T.DecimalType(38, 0)),
+                END: T.StructField(END, T.DecimalType(38, 0))}
+
+
+def struct(schema: TableSchema, shape: Shape = PLAIN) -> T.StructType:
+    return T.StructType(column_types(schema) + SILVER_META + [SHAPE_FIELDS[n] for n in shape.columns()]
+                        + ([DUP] if schema.multiset else []))
+
+
+def shaped(rows: DataFrame, shape: Shape) -> DataFrame:
+    """Bronze-typed `rows` with the columns `shape` adds, each row a version of its own that is current."""
+    if shape.soft:
+        rows = rows.withColumn(DELETED, F.col("_op") == "d")
+    if shape.versions:
+        rows = rows.withColumn(START, F.col("_seq")).withColumn(END, F.lit(None).cast(T.DecimalType(38, 0)))
+    return rows
+
+
+def shaped_arrow(rows: Any, shape: Shape) -> Any:
+    """`shaped` of an Arrow table."""
+    if shape.soft:
+        rows = rows.append_column(DELETED, pc.equal(rows.column("_op"), "d"))
+    if shape.versions:
+        rows = rows.append_column(START, rows.column("_seq"))
+        rows = rows.append_column(END, pa.nulls(rows.num_rows, rows.schema.field("_seq").type))
+    return rows
 
 
 # silver's table properties: deletion vectors (a MERGE then marks the rows it replaces instead of
@@ -38,15 +68,19 @@ PROPERTIES = {"delta.enableDeletionVectors": "true", "delta.columnMapping.mode":
               "delta.checkpointInterval": CHECKPOINT_INTERVAL}
 
 
-def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> None:
-    """Create silver, empty, unless it exists."""
+def ensure_table(spark: SparkSession, location: str, schema: TableSchema, shape: Shape = PLAIN) -> None:
+    """Create silver, empty, unless it exists; one that exists must have been built in `shape`."""
     from delta.tables import DeltaTable
 
     if not storage.table_exists(spark, location):
-        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
+        builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema, shape))
         for key, value in PROPERTIES.items():
             builder = builder.property(key, value)
         builder.execute()
+        return
+    wrong = shape.mismatch(location, spark.read.format("delta").load(location).columns)
+    if wrong:
+        raise ConfigError(wrong)
 
 
 def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
@@ -55,7 +89,8 @@ def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
 
 
 def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: str, bronze: str,
-          oldest: Any = None, bronze_may_be_newer: bool = True, inserts_only: bool = False) -> None:
+          oldest: Any = None, bronze_may_be_newer: bool = True, inserts_only: bool = False,
+          shape: Shape = PLAIN) -> None:
     """MERGE bronze-typed `changes` (any of r/c/u/d) into the silver table at `silver`. `oldest`, the
     smallest `_seq` among them, saves a pass over `changes` when the caller knows it.
 
@@ -72,9 +107,15 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     """
     from delta.tables import DeltaTable
 
+    if shape.versions:
+        history.apply(spark, schema, changes, silver, bronze, shape, oldest, bronze_may_be_newer, inserts_only)
+        return
     if schema.multiset:
         apply_multiset(spark, schema, changes, silver, bronze)
         return
+    # with soft deletes silver holds deleted keys too, so an insert may meet its key's tombstone,
+    # which it replaces: neither shortcut below holds
+    inserts_only = inserts_only and not shape.soft
     key = list(schema.key)
     data = changes.where(F.col("_op").isin(*DATA_OPS))
     latest = data if inserts_only else latest_per_key(data, key)
@@ -105,6 +146,10 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in key)
     faults.point("mid_merge", schema.name)
     merge = DeltaTable.forPath(spark, silver).alias("t").merge(source.alias("s"), on)
+    if shape.soft:  # a delete is one more image, kept as the key's tombstone
+        cols[DELETED] = "s._op = 'd'"
+        (merge.whenMatchedUpdate(condition="s._seq > t._seq", set=cols).whenNotMatchedInsert(values=cols).execute())
+        return
     if inserts_only:
         merge.whenNotMatchedInsert(values=cols).execute()
         return
@@ -128,15 +173,23 @@ def latest_arrow(changes: Any, key: list[str]) -> Any:
     return ordered.take(pa.array(keep, pa.int64()))
 
 
-def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: bool) -> None:
+def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: bool, shape: Shape = PLAIN) -> None:
     """`apply` of the bronze-typed Arrow table `changes` to `table`, silver as delta-rs writes it
     (`binlake.lake.arrow_commit`), when bronze holds no change newer than these but their own
     (`bronze_may_be_newer=False`): the same rule and the same conditions as `apply`'s MERGE."""
+    if shape.versions:
+        raise ValueError("silver.history 2 is applied by Spark (binlake.lake.history)")
     data = changes.filter(pc.is_in(changes.column("_op"), pa.array(DATA_OPS)))
     if data.num_rows == 0:
         return
     names = [f.name for f in struct(schema).fields]
     faults.point("mid_merge", schema.name)
+    if shape.soft:
+        latest = shaped_arrow(latest_arrow(data, list(schema.key)), shape)
+        merge, t, s, values = arrow_commit.merge(table, latest.select(names + [DELETED, "_op"]), list(schema.key))
+        (merge.when_matched_update(updates=values, predicate=f"{s}._seq > {t}._seq")
+         .when_not_matched_insert(updates=values).execute())
+        return
     if inserts_only:
         arrow_commit.append(table, data.select(names))
         return
@@ -150,18 +203,19 @@ def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: boo
     )
 
 
-def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str) -> bool:
+def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str, shape: Shape = PLAIN) -> bool:
     """`insert_snapshot` of the Arrow table `rows` (bronze columns, `r` rows only) by delta-rs: silver
     created if absent (then the rows are appended), else an insert-only MERGE. False, and nothing
     written, when silver is a table delta-rs does not write (`arrow_commit.writable`)."""
-    names = [f.name for f in struct(schema).fields]
-    created = arrow_commit.create(silver, struct(schema), PROPERTIES)
+    names = [f.name for f in struct(schema, shape).fields]
+    created = arrow_commit.create(silver, struct(schema, shape), PROPERTIES)
     table = arrow_commit.writable(silver, names)
     if table is None:
         return False
     faults.point("mid_merge", schema.name)
     if rows.num_rows == 0:
         return True
+    rows = shaped_arrow(rows, shape)
     if created:  # empty until now: nothing to match
         arrow_commit.append(table, rows.select(names))
         return True
@@ -170,7 +224,8 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str) -> bool:
     return True
 
 
-def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, silver: str, bronze: str) -> None:
+def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, silver: str, bronze: str,
+                    shape: Shape = PLAIN) -> None:
     """Snapshot rows (`r`) of landed chunks into silver, locally, before the stream starts.
 
     Each key is in one chunk and each chunk's rows are in bronze once, and nothing but these chunks
@@ -179,6 +234,7 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
     happens only when the same chunk is applied again after a crash: an insert-only MERGE, with no
     ordering window, no look at bronze and no rewrite of silver's files; a silver not yet created is
     created with the rows, in one commit. Key-less tables are recounted (`apply_multiset`) as always.
+    In every shape a snapshot row is its key's one version so far, live and current (`shaped`).
     """
     from delta.tables import DeltaTable
 
@@ -186,13 +242,14 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
         ensure_table(spark, silver, schema)
         apply_multiset(spark, schema, rows, silver, bronze)
         return
+    rows = shaped(rows, shape)
     if not storage.table_exists(spark, silver):  # created with the snapshot's first rows: one commit
         faults.point("mid_merge", schema.name)
-        rows.select(*[F.col(sql_name(f.name)) for f in struct(schema).fields]).write.format("delta") \
+        rows.select(*[F.col(sql_name(f.name)) for f in struct(schema, shape).fields]).write.format("delta") \
             .options(**PROPERTIES).save(silver)
         return
     cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
-    cols.update({"_seq": "s._seq", "_ts": "s._ts"})
+    cols.update({n: f"s.{n}" for n in ["_seq", "_ts", *shape.columns()]})
     on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in schema.key)
     faults.point("mid_merge", schema.name)
     DeltaTable.forPath(spark, silver).alias("t").merge(rows.alias("s"), on).whenNotMatchedInsert(values=cols).execute()

@@ -1,0 +1,266 @@
+"""Soft deletes and history (SCD type 2) end to end: writers on hot keys (updates, deletes, inserts
+of deleted keys again) while `binlake run` snapshots and streams, a kill -9 once the stream has
+landed a batch, a resume; then silver against two truths that binlake does not compute:
+- the source: silver's live rows (current versions, not deleted) equal its rows (and `verify` agrees);
+- the binlog, replayed by mysql-replication from before the table's first row: for every key, the
+  versions silver holds are exactly the versions its changes make, in order, from the one the
+  snapshot read on (the snapshot reads each key once, at its chunk's high watermark, so history
+  starts there), each ending where the next change begins; a deleted key's tombstone has the delete's
+  before image and time.
+
+Every writer's value is unique, so each version is told by its image alone. `both` runs in every
+`make test`; soft deletes alone and history alone take turns with the slow tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+from binlake.config import load
+from binlake.lake.silver_shape import Shape
+from binlake.lake.target import Target
+from binlake.source.dialect import binlog_head
+
+from .helpers import seq
+from .workload import BINLAKE, CLI_ENV, ROOT, run_cli
+
+ROWS, KEYS = 200, 260  # keys above ROWS start absent: their inserts come from the writers
+Image = tuple[str, int]  # (v, n)
+
+
+@dataclass(frozen=True)
+class Event:
+    op: str  # c, u, d
+    image: Image  # the row after (c, u) or before (d)
+    ts: int  # the event's time, Unix seconds
+
+
+class HotWriters:
+    """Two threads changing keys 1..KEYS at random, each statement its own transaction, every value
+    written unique (`v`) so that each version of a row is told by its image."""
+
+    def __init__(self, port: int, database: str, seed: int) -> None:
+        self.port, self.database, self.rnd = port, database, random.Random(seed)
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(2)]
+        self.done = 0
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+    def _work(self, n: int) -> None:
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
+                             autocommit=True) as conn, conn.cursor() as cur:
+            count = 0
+            while not self.stop_flag.is_set():
+                count += 1
+                token, key, op = f"w{n}-{count}", self.rnd.randint(1, KEYS), self.rnd.random()
+                if op < 0.5:
+                    cur.execute("UPDATE t SET v = %s, n = n + 1 WHERE id = %s", (token, key))
+                elif op < 0.75:
+                    cur.execute("DELETE FROM t WHERE id = %s", (key,))
+                else:
+                    cur.execute("INSERT IGNORE INTO t VALUES (%s, %s, 0)", (key, token))
+                self.done += 1
+                time.sleep(0.02)
+
+
+def replay(port: int, database: str, start: Any) -> dict[int, list[Event]]:
+    """Every row change of `database`.t from `start` to the binlog's end, per key, by mysql-replication."""
+    stream = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": port, "user": "root", "password": ""},
+        server_id=9141, log_file=start.file, log_pos=start.pos, resume_stream=True, blocking=False,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent], only_schemas=[database], only_tables=["t"],
+        is_mariadb=False, enable_logging=False,
+    )
+
+    def image(values: dict[str, Any]) -> tuple[int, Image]:
+        v = values["v"]
+        return int(values["id"]), (v.decode() if isinstance(v, bytes) else v, int(values["n"]))
+
+    out: dict[int, list[Event]] = defaultdict(list)
+    try:
+        for event in stream:
+            if event.schema != database or event.table != "t":
+                continue
+            for row in event.rows:
+                if isinstance(event, WriteRowsEvent):
+                    key, img, op = *image(row["values"]), "c"
+                elif isinstance(event, UpdateRowsEvent):
+                    key, img, op = *image(row["after_values"]), "u"
+                else:
+                    key, img, op = *image(row["values"]), "d"
+                out[key].append(Event(op, img, int(event.timestamp)))
+    finally:
+        stream.close()
+    return out
+
+
+def _config(path: Path, port: int, database: str, lake: Path, shape: Shape) -> Path:
+    path.write_text(
+        f"source:\n  hostname: 127.0.0.1\n  port: {port}\n  username: root\n  password: ''\n"
+        f"  tables: ['{database}\\.t']\n  server-id: 5800-5804\n"
+        f"target:\n  path: {lake}\n"
+        "snapshot:\n  chunk-size: 50\n  group-size: 2\n  parallelism: 2\n"
+        "stream:\n  trigger-seconds: 1\n"
+        f"silver:\n  deletes: {shape.deletes}\n  history: {shape.history}\n"
+    )
+    return path
+
+
+def _killed_once_streaming(cfg_path: Path, progress: Any, log: Path, seed: int) -> None:
+    """`binlake run`, killed (SIGKILL to its process group) a moment after its stream lands a batch."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*BINLAKE, "run", "-c", str(cfg_path)], cwd=ROOT, start_new_session=True,
+                                env={**os.environ, **CLI_ENV}, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 600
+        while not progress.exists():
+            assert proc.poll() is None, f"binlake run ended (rc {proc.returncode}): {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "no micro-batch landed in 600 s"
+            time.sleep(0.5)
+        time.sleep(random.Random(seed).uniform(0.5, 4.0))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _silver(spark: Any, location: str) -> list[dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    df = spark.read.format("delta").load(location)
+    return [r.asDict() for r in df.withColumn("__ts", F.unix_timestamp("_ts")).collect()]
+
+
+def _versions(events: list[Event], shape: Shape) -> list[tuple[Image, bool]]:
+    """The versions a key's changes make: (image, deleted) per change, but hard deletes."""
+    return [(e.image, e.op == "d") for e in events if e.op != "d" or shape.soft]
+
+
+def check_history(rows: list[dict[str, Any]], truth: dict[int, list[Event]], live: dict[int, Image],
+                  shape: Shape) -> int:
+    """Each key's versions in silver against its binlog changes (see the module docstring); the count
+    of versions checked."""
+    by_key: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_key[r["id"]].append(r)
+    assert set(by_key) <= set(truth), f"silver has keys the binlog never changed: {sorted(set(by_key) - set(truth))[:5]}"
+    checked = 0
+    for key, events in truth.items():
+        held = sorted(by_key.get(key, []), key=lambda r: r["__START_AT"])
+        want = _versions(events, shape)
+        got = [((r["v"], r["n"]), bool(r.get("_deleted"))) for r in held]
+        if not got:  # deleted before the snapshot read it, and not inserted again since
+            assert key not in live and events[-1].op == "d", f"id={key}: no version in silver; the binlog has {want}"
+            continue
+        # history starts at the image the snapshot read (or at the key's first change after it)
+        first = want.index(got[0]) if got[0] in want else -1
+        assert first >= 0 and got == want[first:], f"id={key}: silver has {got}, the binlog's versions are {want}"
+        for r in held:
+            assert r["__START_AT"] == r["_seq"], f"id={key}: a version starts at {r['__START_AT']}, its change is {r['_seq']}"
+        made = [(e.image, e.op == "d") for e in events]
+        for (a, b), version in zip(itertools.pairwise(held), got):
+            assert a["__START_AT"] < b["__START_AT"] and a["__END_AT"] is not None, f"id={key}: versions overlap"
+            # contiguous, unless a hard delete comes next (it ends the version and starts none)
+            gap = events[made.index(version) + 1].op == "d" and not shape.soft
+            assert (a["__START_AT"] < a["__END_AT"] < b["__START_AT"]) if gap else (a["__END_AT"] == b["__START_AT"]), \
+                f"id={key}: version ends at {a['__END_AT']}, the next starts at {b['__START_AT']}"
+        current = [r for r in held if r["__END_AT"] is None]
+        if key in live or shape.soft:
+            assert len(current) == 1 and current[0] is held[-1], f"id={key}: {len(current)} current versions"
+        else:
+            assert not current, f"id={key} is deleted at the source, yet silver has a current version"
+        checked += len(held)
+    return checked
+
+
+def check_deletes(rows: list[dict[str, Any]], truth: dict[int, list[Event]], shape: Shape) -> int:
+    """A deleted key is there with `_deleted`, the delete's before image and the delete's time; a key
+    inserted again is live. The number of tombstones."""
+    current = {r["id"]: r for r in rows if not shape.versions or r["__END_AT"] is None}
+    tombstones = 0
+    for key, events in truth.items():
+        last = events[-1]
+        r = current.get(key)
+        if r is None:  # deleted before the snapshot read it, and not inserted again since
+            assert last.op == "d", f"id={key}: not in silver; its last change is {last}"
+            continue
+        assert bool(r["_deleted"]) == (last.op == "d") and (r["v"], r["n"]) == last.image, \
+            f"id={key}: silver has {(r['v'], r['n'], r['_deleted'])}, its last change is {last}"
+        if last.op == "d":
+            tombstones += 1
+            assert r["__ts"] == last.ts, f"id={key}: the tombstone's _ts is {r['__ts']}, the delete's {last.ts}"
+    return tombstones
+
+
+SHAPES = {"both": Shape("soft", 2), "soft": Shape("soft", 1), "history": Shape("hard", 2)}
+
+
+@pytest.mark.parametrize("which", [
+    "both",
+    pytest.param("soft", marks=pytest.mark.slow),
+    pytest.param("history", marks=pytest.mark.slow),
+])
+def test_kept_deletes_and_history_under_writers_and_a_kill(dev_db: Any, database: str, spark: Any, tmp_path: Path,
+                                                          which: str) -> None:
+    from binlake.commands.verify import verify
+
+    shape, port = SHAPES[which], dev_db.running_port()
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                         autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL)")
+        start = binlog_head(conn)  # before the first row: the replay sees every version of every key
+        cur.execute(f"INSERT INTO t SELECT seq, CONCAT('r', seq), 0 FROM {seq(1, ROWS)}")
+    cfg_path = _config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", shape)
+    cfg = load(cfg_path)
+    target, name = Target.of(cfg), f"{database}.t"
+    seed = int(os.environ.get("BINLAKE_KILL_SEED") or random.randrange(10**6))
+    writers = HotWriters(port, database, seed)
+    writers.start()
+    try:
+        _killed_once_streaming(cfg_path, target.stream_progress, tmp_path / "run-1.log", seed)
+        time.sleep(2)  # the writers go on while binlake is down
+    finally:
+        writers.stop()
+    resumed = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database) as conn, \
+            conn.cursor() as cur:
+        cur.execute("SELECT id, v, n FROM t")
+        live = {int(i): (v, int(n)) for i, v, n in cur.fetchall()}
+    truth = replay(port, database, start)
+    rows = _silver(spark, target.silver(name).location)
+    now = {r["id"]: (r["v"], r["n"]) for r in rows
+           if (not shape.versions or r["__END_AT"] is None) and not (shape.soft and r["_deleted"])}
+    assert now == live, f"seed {seed}: silver's live rows differ from the source: " \
+                        f"{sorted(set(now.items()) ^ set(live.items()))[:6]}"
+    report = verify(cfg)
+    assert report["ok"], report
+    versions = check_history(rows, truth, live, shape) if shape.versions else 0
+    tombstones = check_deletes(rows, truth, shape) if shape.soft else 0
+    changes = sum(len(e) for e in truth.values())
+    assert writers.done > 200 and tombstones + versions > 0
+    print(f"{which} on {dev_db.server}: {writers.done} statements, {changes} row changes over {len(truth)} keys; "
+          f"{versions} versions and {tombstones} tombstones as the binlog has them (seed {seed})")
