@@ -5,7 +5,10 @@ Writes a burst of row changes (the stream section's: multi-row statements and PR
 single-row ones) to a `bench_profile.customer` table of PROFILE_ROWS rows, then, in this process:
 1. the replication read alone (`read_changes`, every change counted, nothing encoded);
 2. the binlog source's whole work for the burst (`binlog_source._rows` and `_batches`: the emit rule,
-   each row's encoding, the Arrow batches), timed, then under cProfile.
+   each row's encoding, the Arrow batches), timed, then under cProfile;
+3. that whole work again with the native row encoding off (BINLAKE_NATIVE=0's Python path) and with
+   every table map parsed afresh, each way PROFILE_ROUNDS times (3), interleaved: CPU seconds per 1M
+   changes, the median of each.
 Prints CPU seconds per 1M changes of each and the top functions; writes bench/results/profile-stream.md.
 """
 
@@ -54,6 +57,27 @@ def timed(source: harness.Source, start: tuple[str, int], stop: tuple[str, int],
     return n, time.process_time() - cpu
 
 
+def interleaved(source: harness.Source, start: tuple[str, int], stop: tuple[str, int]) -> dict[str, float]:
+    """The whole work's CPU seconds: as it is, with the Python row encoding, and with that and no
+    table map remembered; alternating, the median of each."""
+    from binlake.source import binlog_types, rowtext
+
+    native, limit = rowtext._rowtext, binlog_types._TableMaps.LIMIT
+    ways = {"native rows, table maps remembered": (native, limit),
+            "Python rows, table maps remembered": (None, limit),
+            "Python rows, every table map parsed": (None, 0)}
+    times: dict[str, list[float]] = {k: [] for k in ways}
+    try:
+        for _ in range(harness.env_int("PROFILE_ROUNDS", 3)):
+            for label, (module, keep) in ways.items():
+                rowtext._rowtext, binlog_types._TableMaps.LIMIT = module, keep
+                binlog_types.TABLE_MAPS.parsed.clear()
+                times[label].append(timed(source, start, stop, True)[1])
+    finally:
+        rowtext._rowtext, binlog_types._TableMaps.LIMIT = native, limit
+    return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+
+
 def main() -> int:
     server = sys.argv[1] if len(sys.argv) > 1 else "mariadb"
     rows = harness.env_int("PROFILE_ROWS", 200_000)
@@ -73,6 +97,10 @@ def main() -> int:
         for label, encode in (("replication read alone", False), ("the binlog source's whole work", True)):
             n, cpu = timed(source, start, stop, encode)  # type: ignore[arg-type]
             lines.append(f"- {label}: {n:,} changes, {cpu:.2f} CPU s, {cpu * 1e6 / n:.1f} CPU s per 1M changes")
+        lines += ["", "Interleaved, CPU seconds per 1M changes (median of "
+                  f"{harness.env_int('PROFILE_ROUNDS', 3)} rounds each):"]
+        for label, cpu in interleaved(source, start, stop).items():  # type: ignore[arg-type]
+            lines.append(f"- {label}: {cpu * 1e6 / written['changes']:.1f}")
         prof = cProfile.Profile()
         prof.enable()
         _work(source, start, stop, True)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ enum Decode {
     Double,
     Decimal { precision: usize, scale: usize },
     Bytes { prefix: usize },
+    Fixed { size: usize }, // BIT: its bytes
     Enum { size: usize },
     Set { size: usize },
     Date,
@@ -23,7 +24,6 @@ enum Decode {
     Timestamp { fsp: usize },
 }
 
-#[derive(Clone)]
 enum Encode {
     Skip,
     Plain,                  // integers, FLOAT, DOUBLE, DECIMAL, YEAR: their text as decoded
@@ -32,9 +32,9 @@ enum Encode {
     Base64 { pad: usize },  // binary strings; BINARY(n) padded with zero bytes to n
     Members(Vec<Option<String>>), // ENUM: a member's text by index (None: NULL); SET: members' texts
     Temporal { key: bool }, // DATE, DATETIME, TIMESTAMP: a key keeps a zero date's text
+    Python(Py<PyAny>),      // binlake's own Python encoding of the value's bytes: text, or None for NULL
 }
 
-#[derive(Clone)]
 struct Column {
     decode: Decode,
     encode: Encode,
@@ -99,8 +99,9 @@ fn zero_date_key(text: &str, timestamp: bool, out: &mut String) {
 impl Plan {
     /// One image at `p`: each column's JSON value into `buf` (ranges in `vals`, None for NULL) when
     /// `encode`, the key columns' stored bytes into `raw`. The position after it, or None.
-    fn image(&self, b: &[u8], mut p: usize, encode: bool, buf: &mut String, vals: &mut [Option<(usize, usize)>],
-             raw: &mut [Option<(usize, usize)>]) -> Option<usize> {
+    #[allow(clippy::too_many_arguments)]
+    fn image(&self, py: Python<'_>, b: &[u8], mut p: usize, encode: bool, buf: &mut String,
+             vals: &mut [Option<(usize, usize)>], raw: &mut [Option<(usize, usize)>]) -> Option<usize> {
         let n = self.columns.len();
         let nulls = b.get(p..p + (n + 7) / 8)?;
         p += (n + 7) / 8;
@@ -162,10 +163,12 @@ impl Plan {
                     p += prefix;
                     let v = b.get(p..p + len)?;
                     p += len;
-                    if wanted {
-                        self.bytes(&c.encode, v, buf)?;
-                    }
-                    false
+                    wanted && !self.bytes(py, &c.encode, v, buf)?
+                }
+                Decode::Fixed { size } => {
+                    let v = b.get(p..p + size)?;
+                    p += size;
+                    wanted && !self.bytes(py, &c.encode, v, buf)?
                 }
                 Decode::Enum { size } => {
                     let k = le(b, p, size)? as usize;
@@ -284,8 +287,17 @@ impl Plan {
         Some(p)
     }
 
-    fn bytes(&self, encode: &Encode, v: &[u8], buf: &mut String) -> Option<()> {
+    /// A value's bytes encoded into `buf`: Some(false) for NULL (a Python encoding's None).
+    fn bytes(&self, py: Python<'_>, encode: &Encode, v: &[u8], buf: &mut String) -> Option<bool> {
         match encode {
+            Encode::Python(f) => {
+                let out = f.call1(py, (pyo3::types::PyBytes::new(py, v),)).ok()?;
+                if out.is_none(py) {
+                    return Some(false);
+                }
+                let text: String = out.extract(py).ok()?;
+                escape_into(&text, buf);
+            }
             Encode::Utf8 => {
                 let s = std::str::from_utf8(v).ok()?;
                 escape_into(s, buf);
@@ -312,7 +324,7 @@ impl Plan {
             }
             _ => return None,
         }
-        Some(())
+        Some(true)
     }
 
     /// The `_row` text of the image last decoded with `encode`.
@@ -367,10 +379,10 @@ fn push_datetime(buf: &mut String, y: i64, mo: i64, d: i64, h: i64, mi: i64, s: 
     let _ = write!(buf, "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}", y, mo, d, h, mi, s, us);
 }
 
-type ColumnSpec = (String, i64, i64, String, i64, Option<String>, Option<Vec<Option<String>>>);
+type ColumnSpec = (String, i64, i64, String, i64, Option<String>, Option<Vec<Option<String>>>, Option<Py<PyAny>>);
 
-fn column(spec: &ColumnSpec) -> PyResult<Column> {
-    let (decode, a, b, encode, e, table, members) = spec;
+fn column(py: Python<'_>, spec: &ColumnSpec) -> PyResult<Column> {
+    let (decode, a, b, encode, e, table, members, function) = spec;
     let (a, b) = (*a as usize, *b);
     let bad = || pyo3::exceptions::PyValueError::new_err(format!("no native form for {decode}/{encode}"));
     let decode = match decode.as_str() {
@@ -380,6 +392,7 @@ fn column(spec: &ColumnSpec) -> PyResult<Column> {
         "double" => Decode::Double,
         "decimal" => Decode::Decimal { precision: a, scale: b as usize },
         "bytes" if (1..=4).contains(&a) => Decode::Bytes { prefix: a },
+        "fixed" if (1..=8).contains(&a) => Decode::Fixed { size: a },
         "enum" if (1..=2).contains(&a) => Decode::Enum { size: a },
         "set" if (1..=8).contains(&a) => Decode::Set { size: a },
         "date" => Decode::Date,
@@ -398,6 +411,10 @@ fn column(spec: &ColumnSpec) -> PyResult<Column> {
         "base64" => Encode::Base64 { pad: *e as usize },
         "members" => Encode::Members(members.clone().unwrap_or_default()),
         "temporal" => Encode::Temporal { key: *e != 0 },
+        "python" => match function {
+            Some(f) => Encode::Python(f.clone_ref(py)),
+            None => return Err(bad()),
+        },
         _ => return Err(bad()),
     };
     Ok(Column { decode, encode })
@@ -405,12 +422,13 @@ fn column(spec: &ColumnSpec) -> PyResult<Column> {
 
 #[pymethods]
 impl Plan {
-    /// `columns`: per table-map column, (decode, a, b, encode, e, table, members) -- see
+    /// `columns`: per table-map column, (decode, a, b, encode, e, table, members, function) -- see
     /// `binlake.source.rowtext`; `out`: each captured column's name and its table-map index (None:
     /// not in the event, NULL); `key`: the key columns' table-map indexes.
     #[new]
-    fn new(columns: Vec<ColumnSpec>, out: Vec<(String, Option<usize>)>, key: Vec<usize>) -> PyResult<Self> {
-        let columns = columns.iter().map(column).collect::<PyResult<Vec<_>>>()?;
+    fn new(py: Python<'_>, columns: Vec<ColumnSpec>, out: Vec<(String, Option<usize>)>, key: Vec<usize>)
+        -> PyResult<Self> {
+        let columns = columns.iter().map(|c| column(py, c)).collect::<PyResult<Vec<_>>>()?;
         let mut prefixes = Vec::with_capacity(out.len());
         for (j, (name, index)) in out.into_iter().enumerate() {
             if index.is_some_and(|i| i >= columns.len()) {
@@ -431,7 +449,7 @@ impl Plan {
     /// (None, text) per row; for an update (before, after) pairs, (None, after's text) where the key
     /// is the same in both images and (before's text, after's text) where it changed. None when the
     /// bytes do not decode under this plan.
-    fn rows(&self, data: &[u8], pairs: bool) -> Option<Vec<(Option<String>, String)>> {
+    fn rows(&self, py: Python<'_>, data: &[u8], pairs: bool) -> Option<Vec<(Option<String>, String)>> {
         let n = self.columns.len();
         let mut buf = String::with_capacity(256);
         let mut vals = vec![None; n];
@@ -441,13 +459,13 @@ impl Plan {
         let mut p = 0usize;
         while p < data.len() {
             if !pairs {
-                p = self.image(data, p, true, &mut buf, &mut vals, &mut raw)?;
+                p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
                 out.push((None, self.row_text(&buf, &vals)));
                 continue;
             }
             let before_at = p;
-            p = self.image(data, p, false, &mut buf, &mut vals, &mut before_raw)?;
-            p = self.image(data, p, true, &mut buf, &mut vals, &mut raw)?;
+            p = self.image(py, data, p, false, &mut buf, &mut vals, &mut before_raw)?;
+            p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
             let after = self.row_text(&buf, &vals);
             let same = self.key.iter().all(|&i| match (before_raw[i], raw[i]) {
                 (None, None) => true,
@@ -457,7 +475,7 @@ impl Plan {
             if same {
                 out.push((None, after));
             } else {
-                self.image(data, before_at, true, &mut buf, &mut vals, &mut before_raw)?;
+                self.image(py, data, before_at, true, &mut buf, &mut vals, &mut before_raw)?;
                 out.push((Some(self.row_text(&buf, &vals)), after));
             }
         }

@@ -224,7 +224,7 @@ class _TableMaps:
             known = parsed.get(key)
             if known is None:
                 parse(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
-                if self._processed:
+                if self._processed and _TableMaps.LIMIT:  # LIMIT 0: none kept
                     if len(parsed) >= _TableMaps.LIMIT:
                         parsed.clear()
                     parsed[key] = {k: v for k, v in self.__dict__.items() if k not in _EVENT_OWN}
