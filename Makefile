@@ -32,10 +32,10 @@ test-mysql: setup
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit tests/bundle
 
-# the demo runs on MariaDB alone: setup leaves out MySQL's private root and the JVM class archive,
-# which the tests use (`make test` adds them)
+# the demo runs on MariaDB alone: setup leaves out MySQL's private root, the JVM class archive and the
+# native row encoding, which the tests use (`make test` adds them)
 demo:
-	@BINLAKE_SKIP_MYSQL=1 BINLAKE_SKIP_CLASS_ARCHIVE=1 bash scripts/setup.sh
+	@BINLAKE_SKIP_MYSQL=1 BINLAKE_SKIP_CLASS_ARCHIVE=1 BINLAKE_SKIP_NATIVE=1 bash scripts/setup.sh
 	@bash scripts/demo.sh
 
 # the snapshot section's standalone-cluster run needs only what setup installs (pyspark's scripts, Delta's

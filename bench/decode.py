@@ -31,7 +31,7 @@ def run(source: Source, database: str, table: str, start: tuple[str, int], stop:
     params = {"host": "127.0.0.1", "port": source.port, "user": "root", "password": "", "tls": {"mode": "preferred"}}
     wall, cpu = time.monotonic(), time.process_time()
     changes = read_changes(params, 6199, BinlogPosition(*start), BinlogPosition(*stop),
-                           lambda d, t: f"{d}.{t}" in schemas)
+                           lambda d, t: f"{d}.{t}" in schemas, whole_events=True)
     rows = sum(batch.num_rows for batch in _batches(_rows(changes, schemas, handover, None, None, lambda c: False)))
     wall, cpu = time.monotonic() - wall, time.process_time() - cpu
     return {

@@ -88,4 +88,19 @@ if [ -z "${BINLAKE_SKIP_CLASS_ARCHIVE:-}" ] && { [ ! -f "$archive" ] || [ "$stam
   echo "binlake setup: writing the JVM class archive (about a minute, once)"
   "$VENV/bin/python" -m binlake.spark.jvm_archive || true
 fi
+# binlake's native row encoding (native/rowtext, Rust through PyO3): the stream's row events to bronze's
+# text without Python values in between. Built where cargo is; without it (BINLAKE_SKIP_NATIVE=1, as
+# `make demo` sets, or no Rust here) binlake takes its Python path for every row, with the same result.
+native=src/binlake/source/_rowtext.abi3.so
+if [ -z "${BINLAKE_SKIP_NATIVE:-}" ] && { [ ! -f "$native" ] ||
+    [ -n "$(find native/rowtext -type f -newer "$native" -not -path '*/target/*' | head -1)" ]; }; then
+  if command -v cargo >/dev/null 2>&1; then
+    echo "binlake setup: building the native row encoding (Rust, about a minute, once)"
+    cargo build -q --release --locked --manifest-path native/rowtext/Cargo.toml
+    cp native/rowtext/target/release/lib_rowtext.so "$native"
+  else
+    echo "binlake setup: no cargo here, so no native row encoding: binlake encodes rows in Python (install Rust" \
+      "from rustup.rs and run make setup again for the native one)"
+  fi
+fi
 echo "binlake setup: ready ($VENV/bin/binlake)"

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from binlake.source import rowcodec
-from binlake.source.binlog_reader import RowChange, read_changes
+from binlake.source import rowcodec, rowtext
+from binlake.source.binlog_reader import RowChange, RowEvent, read_changes
 from binlake.source.connection import connect as source_connect
 from binlake.source.dialect import binlog_head
 
@@ -107,3 +107,66 @@ def test_decimal_round_trip(dev_db, database, precision, scale, text) -> None:  
         conn.close()
     (change,) = _changes(dev_db, database, start, stop)
     assert change[4]["v"] == decimal.Decimal(text)
+
+
+def _flat_rows(dev_db: Any, database: str, table: str, start: Any, stop: Any) -> list[tuple[Any, ...]]:
+    """The binlog source's flat change rows for `table` between the positions (binlog_source._rows over
+    whole row events), as a micro-batch hands them to Spark."""
+    from binlake.capture.handover import Handover
+    from binlake.source.catalog import load_schema
+    from binlake.spark.binlog_source import _rows
+
+    conn = source_connect(params(dev_db))
+    try:
+        schema = load_schema(conn, database, table)
+    finally:
+        conn.close()
+    schemas = {schema.name: schema}
+    handover = Handover(schemas, {})
+    handover.bind(None)
+    changes = read_changes(params(dev_db), 5392, start, stop, lambda d, t: f"{d}.{t}" in schemas, whole_events=True)
+    return list(_rows(changes, schemas, handover, None, None, lambda c: False))
+
+
+def test_the_native_encoding_gives_the_python_path_s_rows(dev_db, database, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # every type the native encoding takes (all but TIME), latin1, utf8mb3 and gbk text, a point, a
+    # vector on MySQL, text JSON must escape, inserts, updates with and without a key change, deletes,
+    # in multi-row events
+    cols = [(i, n, t) for i, (n, t, _) in enumerate(COLUMNS) if not t.startswith("TIME") or t.startswith("TIMESTAMP")]
+    start, stop = _write(dev_db, database, "native", cols)
+    vector = ", vec VECTOR(2)" if dev_db.server == "mysql" else ""
+    with connect(dev_db.running_port(), database, sql_mode="") as w, w.cursor() as cur:
+        cur.execute("CREATE TABLE esc (id INT, v VARCHAR(60), l VARCHAR(20) CHARACTER SET latin1, "
+                    "g VARCHAR(10) CHARACTER SET gbk, pt POINT, "
+                    f"k DATE NOT NULL, PRIMARY KEY (id, k){vector})")  # a key DATE keeps a zero date's text
+        vec = ", STRING_TO_VECTOR('[1.5, -2]')" if vector else ""
+        cur.execute("INSERT INTO esc VALUES (1, '\"q\" \\\\ b \\0 \x01\x1f \x7f \u2028 é😀', 'Ø\x81é', '中文', "
+                    f"ST_GeomFromText('POINT(1 2)'), '0000-00-00'{vec}), "
+                    f"(2, '', '', '', NULL, '2020-00-15'{vec}), (3, NULL, NULL, NULL, NULL, '2024-02-29'{vec})")
+        cur.execute("UPDATE esc SET id = id + 10, v = CONCAT(v, '\\t')")
+        stop = binlog_head(source_connect(params(dev_db)))
+    planned = []
+    plan = rowtext.Plans.plan
+
+    def counting(self: Any, schema: Any, columns: Any, shape: Any) -> Any:
+        found = plan(self, schema, columns, shape)
+        planned.append(found is not None)
+        return found
+
+    taken = []
+    rows = RowEvent.native_rows
+
+    def taking(self: Any, plan: Any) -> Any:
+        out = rows(self, plan)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(rowtext.Plans, "plan", counting)
+    monkeypatch.setattr(RowEvent, "native_rows", taking)
+    native = _flat_rows(dev_db, database, "native", start, stop) + _flat_rows(dev_db, database, "esc", start, stop)
+    assert planned and all(planned), "every event of both tables has a native plan"
+    assert len(taken) == len(planned) and all(taken), "and every one is encoded natively"
+    monkeypatch.setattr(rowtext, "_rowtext", None)
+    python = _flat_rows(dev_db, database, "native", start, stop) + _flat_rows(dev_db, database, "esc", start, stop)
+    assert len(native) == len(python) == 5 * len(ROWS) + len(ROWS) + 3 + 6
+    assert native == python

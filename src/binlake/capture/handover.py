@@ -74,6 +74,14 @@ class Handover:
             tables[name] = TableHandover(self.schemas[name], starts, hws, max(hws), order)  # type: ignore[type-var]
         self._tables = tables
 
+    def emits_all(self, table: str, at: BinlogPosition) -> bool:
+        """Whether every row of `table` at `at` is emitted, whatever its key: past the table's largest
+        HW (or a table without splits)."""
+        if self._tables is None:
+            raise RuntimeError("Handover.bind() must be called before emits_all()")
+        found = self._tables.get(table)
+        return found is None or at >= found.max_hw
+
     def should_emit(self, change: RowChange) -> bool:
         if self._tables is None:
             raise RuntimeError("Handover.bind() must be called before should_emit()")

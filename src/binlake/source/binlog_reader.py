@@ -125,6 +125,7 @@ def read_changes(
     on_reopen: Callable[[], None] | None = None,
     seen: Seen | None = None,
     control: Any = None,
+    whole_events: bool = False,
 ) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
@@ -143,9 +144,10 @@ def read_changes(
     far (binlake.source.identity): one restarted with a new data directory, say. `seen` collects the
     GTID of every transaction that starts before `stop`, wanted or not. `control`: a PyMySQL
     connection the caller holds, lent to mysql-replication for its questions to the server (it
-    opens one of its own otherwise).
+    opens one of its own otherwise). With `whole_events`, a row event of a wanted table comes as one
+    `RowEvent`, its rows not decoded yet, instead of its `RowChange`s.
     """
-    reading = _Reading(params, start, stop, wanted, on_position, ddl, seen)
+    reading = _Reading(params, start, stop, wanted, on_position, ddl, seen, whole_events)
     backoff = Backoff(params, reconnect_timeout)
     catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
     lost = False
@@ -219,6 +221,7 @@ class _Reading:
     on_position: Callable[[BinlogPosition, int], None] | None
     ddl: bool
     seen: Seen | None
+    whole_events: bool = False
     in_txn: bool = False
     gtid: str | None = None
 
@@ -271,7 +274,10 @@ class _Reading:
             if self.wanted(event.schema, event.table):
                 if self.ddl:
                     yield from _shape_change(self.shapes, event, file, begin, self.txn_start)
-                yield from _rows(event, here, self.gtid, self.fast)
+                if self.whole_events and not isinstance(event, PartialUpdateRowsEvent):
+                    yield RowEvent(event, here, self.gtid, self.fast)
+                else:
+                    yield from _rows(event, here, self.gtid, self.fast)
         elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
             if self.ddl and isinstance(event, QueryEvent):
                 yield from self._schema_changes(event, file, begin, here)
@@ -321,6 +327,39 @@ def _text(q: Any) -> str:
 
 def _query(event: Any) -> str:
     return _text(event.query).strip().upper()
+
+
+class RowEvent:
+    """A row event of a wanted table, its rows not decoded yet (`read_changes(whole_events=True)`): the
+    reader takes them straight to text where it can (`native_rows`, binlake.source.rowtext) and as
+    `RowChange`s otherwise (`changes`). Either before it reads the next item: the event's bytes are
+    the replication connection's current packet."""
+
+    def __init__(self, event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder) -> None:
+        self.event, self.at, self.gtid, self.fast = event, at, gtid, fast
+        self.table = f"{event.schema}.{event.table}"
+        self.op: Op = "u" if isinstance(event, UpdateRowsEvent) else "c" if isinstance(event, WriteRowsEvent) else "d"
+        self.ts = int(event.timestamp)
+        self.epoch = at.epoch
+
+    def changes(self) -> Iterator[RowChange]:
+        return _rows(self.event, self.at, self.gtid, self.fast)
+
+    def shape(self) -> tuple[Any, ...]:
+        return self.fast.shape(self.event.columns)
+
+    def native_rows(self, plan: Any) -> list[tuple[str | None, str]] | None:
+        """The rows' texts under `plan` (binlake.source.rowtext.Plan.rows), or None, the event then
+        left whole for `changes`: a minimal image, or a value the plan does not read."""
+        event = self.event
+        if not event.complete or not self.fast.full_images(event, self.op == "u"):
+            return None
+        packet = event.packet
+        data = packet.read(event.event_size - packet.read_bytes)
+        rows = plan.rows(data, self.op == "u")
+        if rows is None:
+            packet.unread(data)
+        return rows  # type: ignore[no-any-return]
 
 
 def _rows(event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder) -> Iterator[RowChange]:

@@ -19,7 +19,10 @@ shifts), and a VECTOR value raises `NotImplementedError`. `install` teaches it:
 - a MySQL JSON value arrives in its binary form, which `source.mysql_json` prints as the server does
   (a partial update's diff is left to the library);
 - its control connection (the server's name, `binlog_row_metadata`) may be one the caller already
-  holds (`connector`): a connection is a TLS handshake, and a chunk's fold opens a reader each time.
+  holds (`connector`): a connection is a TLS handshake, and a chunk's fold opens a reader each time;
+- a table map is parsed once per process for the same bytes (`_TableMaps`): the library parses every
+  one afresh, about half a millisecond for a table of 18 columns, and each transaction of a table
+  carries its table map again -- a stream of single-row transactions spent most of its time there.
 
 Installed once per process, before the first binlog is read (`binlog_reader` calls it). These are
 private methods of one release, so `install` first checks that release is the one installed
@@ -40,6 +43,7 @@ import pymysql
 from pymysql.cursors import DictCursor
 from pymysqlreplication import binlogstream as _binlogstream
 from pymysqlreplication import column as _column
+from pymysqlreplication import event as _event
 from pymysqlreplication import row_event as _row_event
 from pymysqlreplication.bitmap import BitGet
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
@@ -70,6 +74,14 @@ RELIED_ON: dict[tuple[type, str], tuple[str, ...]] = {
     (BinLogPacketWrapper, "read_uint_by_size"): ("self", "size"),
     # opens the control connection through `pymysql_wrapper` with cursorclass=DictCursor (`connector`)
     (_binlogstream.BinLogStreamReader, "_BinLogStreamReader__connect_to_ctl"): ("self",),
+    # sets the attributes below BinLogEvent's own from the event's bytes alone (`_TableMaps`)
+    (_row_event.TableMapEvent, "__init__"): ("self", "from_packet", "event_size", "table_map", "ctl_connection",
+                                             "kwargs"),
+    (_event.BinLogEvent, "__init__"): ("self", "from_packet", "event_size", "table_map", "ctl_connection",
+                                       "mysql_version", "only_tables", "ignored_tables", "only_schemas",
+                                       "ignored_schemas", "freeze_schema", "ignore_decode_errors", "verify_checksum",
+                                       "use_checksum", "optional_meta_data", "enable_logging", "use_column_name_cache",
+                                       "post_header_lengths"),
 }
 
 
@@ -188,6 +200,49 @@ def _binary_json(self: Any, size: int, is_partial: bool) -> Any:
     return MysqlJson(self.read(length)) if length else None
 
 
+class _TableMaps:
+    """Table maps parsed before, by their bytes: what the library's parse set on the event beyond
+    `BinLogEvent`'s own attributes (the table id, names, columns, the `Table`). The parse reads nothing
+    but the event's bytes after its header (the checksum, which covers the header, left out) and
+    the server's kind, so the same bytes give the same table. Row events only read the columns a
+    table map lends them, so readers can share them. Bounded: cleared once it holds `LIMIT`."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self.parsed: dict[tuple[str, bytes], dict[str, Any]] = {}
+
+    def install(self) -> None:
+        parse = _row_event.TableMapEvent.__init__
+        base = _event.BinLogEvent.__init__
+        parsed = self.parsed
+
+        def table_map_event(self: Any, from_packet: Any, event_size: int, table_map: dict[int, Any],
+                            ctl_connection: Any, **kwargs: Any) -> None:
+            raw = from_packet.packet  # the pymysql packet, read up to the event's body
+            key = (ctl_connection._get_dbms(), raw._data[raw._position:raw._position + event_size])
+            known = parsed.get(key)
+            if known is None:
+                parse(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+                if self._processed and _TableMaps.LIMIT:  # LIMIT 0: none kept
+                    if len(parsed) >= _TableMaps.LIMIT:
+                        parsed.clear()
+                    parsed[key] = {k: v for k, v in self.__dict__.items() if k not in _EVENT_OWN}
+                return
+            base(self, from_packet, event_size, table_map, ctl_connection, **kwargs)
+            self.__dict__.update(known)
+            table_map[self.table_id] = self.table_obj
+
+        _row_event.TableMapEvent.__init__ = table_map_event
+
+
+# what BinLogEvent.__init__ sets: a table map parsed before takes these from its own event
+_EVENT_OWN = frozenset({"packet", "table_map", "event_type", "timestamp", "event_size", "_post_header_lengths",
+                        "_ctl_connection", "mysql_version", "_ignore_decode_errors", "_verify_checksum",
+                        "_is_event_valid", "_processed", "complete", "dbms"})
+TABLE_MAPS = _TableMaps()
+
+
 def install() -> None:
     global _installed
     if _installed:
@@ -233,4 +288,5 @@ def install() -> None:
     _row_event.RowsEvent.charset_to_encoding = staticmethod(lambda name: "binlake-stored-bytes")
     table_map._read_type_values = _type_values
     BinLogPacketWrapper.read_binary_json = _binary_json
+    TABLE_MAPS.install()
     _installed = True

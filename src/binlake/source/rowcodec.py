@@ -168,22 +168,37 @@ class RowDecoder:
 
     def __init__(self) -> None:
         self._decoders: dict[tuple[Any, ...], Decoder | None] = {}
+        # a table map's column list -> its shape, while that list lives (row events of one table map,
+        # and of identical table maps, share it): the list is kept so its id is not reused
+        self._shapes: dict[int, tuple[list[Any], tuple[Any, ...]]] = {}
+
+    def shape(self, columns: list[Any]) -> tuple[Any, ...]:
+        known = self._shapes.get(id(columns))
+        if known is not None and known[0] is columns:
+            return known[1]
+        if len(self._shapes) >= 1024:
+            self._shapes.clear()
+        key = shape_key(columns)
+        self._shapes[id(columns)] = (columns, key)
+        return key
 
     def decoder(self, columns: list[Any]) -> Decoder | None:
-        key = shape_key(columns)
+        key = self.shape(columns)
         if key not in self._decoders:
             self._decoders[key] = compile_image(columns)
         return self._decoders[key]
 
+    @staticmethod
+    def full_images(event: Any, pairs: bool) -> bool:
+        """Whether a row event's images hold every column (not a minimal image)."""
+        full = (1 << len(event.columns)) - 1
+        bitmaps = [event.columns_present_bitmap] + ([event.columns_present_bitmap2] if pairs else [])
+        return all(int.from_bytes(bm, "little") & full == full for bm in bitmaps)
+
     def images(self, event: Any, pairs: bool) -> list[Any] | None:
         """The row images of a row event not yet read: a list of images, or of (before, after) pairs
         when `pairs` (an update); None when this event is left to mysql-replication."""
-        if not event.complete:
-            return None
-        n = len(event.columns)
-        full = (1 << n) - 1
-        bitmaps = [event.columns_present_bitmap] + ([event.columns_present_bitmap2] if pairs else [])
-        if any(int.from_bytes(bm, "little") & full != full for bm in bitmaps):
+        if not event.complete or not self.full_images(event, pairs):
             return None
         decode = self.decoder(event.columns)
         if decode is None:

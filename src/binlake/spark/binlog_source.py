@@ -22,14 +22,15 @@ from binlake.capture.handover import Handover, Skip, batch_start, before_reopen,
 from binlake.errors import SchemaChangedError, SnapshotChangedError
 from binlake.lake.bronze import CHANGES
 from binlake.lake.evolution import Evolver, Version, column_defaults, marker_row
-from binlake.offsets import BinlogPosition
+from binlake.offsets import BinlogPosition, event_seq, row_slot
 from binlake.schema import TableSchema
-from binlake.source.binlog_reader import RowChange, read_changes, split_key_change
+from binlake.source.binlog_reader import RowChange, RowEvent, read_changes, split_key_change
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect, binlog_head
 from binlake.source.gtids import Seen
 from binlake.source.identity import Lineage, Watch, moved
 from binlake.source.reconnect import retrying
+from binlake.source.rowtext import Plans
 from binlake.source.schema_changes import Guard
 from binlake.spark.batches import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
 from binlake.splits import Split
@@ -159,7 +160,7 @@ class BinlogReader(DataSourceStreamReader):
             changes = read_changes(
                 params, int(self.job["server_id"]), start, stop, lambda d, t: f"{d}.{t}" in schemas,
                 reconnect_timeout=patience, ddl=True, on_reopen=lambda: before_reopen(params, partition.start, lineage, gtid_offsets),
-                seen=seen,
+                seen=seen, whole_events=True,
             )
             evolver = _evolver(self.job, schemas, splits, start, guard, conn)
             rows = _rows(changes, schemas, handover, guard, evolver, skip)
@@ -183,9 +184,27 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
     marker where the evolver follows a change, and a stop (SchemaChangedError) where the guard judges
     one, before any row of the changed table is handed over."""
     encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
+    plans = Plans()
     dumps = json.JSONEncoder(ensure_ascii=False).encode
     for change in changes:
-        if not isinstance(change, RowChange):
+        if isinstance(change, RowEvent):  # a whole row event: natively to text where it can be
+            if skip(change):
+                continue
+            schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
+            texts = None
+            if handover.emits_all(change.table, change.at):
+                plan = plans.plan(schema, change.event.columns, change.shape())
+                texts = change.native_rows(plan) if plan is not None else None
+            if texts is not None:
+                yield from _native(change, texts)
+                continue
+            each: Iterator[Any] = change.changes()
+        elif isinstance(change, RowChange):
+            if skip(change):
+                continue
+            schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
+            each = iter((change,))
+        else:
             version = evolver.follow(change) if evolver is not None else False
             if version is False:
                 _judge(guard, evolver, change)
@@ -193,21 +212,33 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
                 yield (version.table, "s", decimal.Decimal(version.seq), None, version.at.file, version.at.pos,
                        None, None, None, marker_row(version))
             continue
-        if skip(change):
-            continue
-        schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
         encode = encoders.get(id(schema))
         if encode is None:
             encode = encoders[id(schema)] = schema.row_encoder()
-        for part in split_key_change(change, schema.key, operator.eq):
-            if not handover.should_emit(part):
-                continue
-            try:
-                text = dumps(encode(part.image))
-            except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
-                raise schema.unconvertible(part.image, exc, "batch") from None
-            yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
-                   None, None, text)
+        for one in each:
+            for part in split_key_change(one, schema.key, operator.eq):
+                if not handover.should_emit(part):
+                    continue
+                try:
+                    text = dumps(encode(part.image))
+                except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
+                    raise schema.unconvertible(part.image, exc, "batch") from None
+                yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
+                       None, None, text)
+
+
+def _native(event: RowEvent, texts: list[tuple[str | None, str]]) -> Iterator[Row]:
+    """The flat change rows of a row event its plan took: an update that changed the key is a delete of
+    the old key and an insert of the new one (`split_key_change`), each row in its slot."""
+    table, ts, at, gtid, op = event.table, event.ts, event.at, event.gtid, event.op
+    base = event_seq(at.file, at.pos, 0, at.epoch)
+    for i, (before, text) in enumerate(texts):
+        if before is None:
+            yield (table, op, decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, text)
+        else:
+            yield (table, "d", decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, before)
+            yield (table, "c", decimal.Decimal(base + row_slot(i, True)), ts, at.file, at.pos, gtid, None, None,
+                   text)
 
 
 def _trailed(rows: Iterator[Row], partition: BinlogRange, seen: Any) -> Iterator[Row]:

@@ -1,0 +1,508 @@
+//! binlake's native row encoding: the row images of a binlog row event, straight from its bytes to
+//! bronze's `_row` text (the JSON object of every captured column's encoded text), without a Python
+//! value in between. `binlake.source.rowtext` compiles a `Plan` per table shape and schema version and
+//! falls back to the Python decoder for any shape or value the plan does not take: a plan answers
+//! None rather than guess, and the Python path then decodes (or refuses) the event as before.
+
+use pyo3::prelude::*;
+
+mod text;
+
+#[derive(Clone, Copy)]
+enum Decode {
+    Int { size: usize, signed: bool },
+    Year,
+    Float,
+    Double,
+    Decimal { precision: usize, scale: usize },
+    Bytes { prefix: usize },
+    Fixed { size: usize }, // BIT: its bytes
+    Enum { size: usize },
+    Set { size: usize },
+    Date,
+    DateTime { fsp: usize },
+    Timestamp { fsp: usize },
+}
+
+enum Encode {
+    Skip,
+    Plain,                  // integers, FLOAT, DOUBLE, DECIMAL, YEAR: their text as decoded
+    Utf8,                   // text in a Unicode set stored as UTF-8
+    Table(Vec<char>),       // text in a single-byte set: the server's 256 characters ('\u{fffe}': none)
+    Base64 { pad: usize },  // binary strings; BINARY(n) padded with zero bytes to n
+    Members(Vec<Option<String>>), // ENUM: a member's text by index (None: NULL); SET: members' texts
+    Temporal { key: bool }, // DATE, DATETIME, TIMESTAMP: a key keeps a zero date's text
+    Python(Py<PyAny>),      // binlake's own Python encoding of the value's bytes: text, or None for NULL
+}
+
+struct Column {
+    decode: Decode,
+    encode: Encode,
+}
+
+/// How to encode one table shape's row images for one schema version.
+#[pyclass(frozen)]
+struct Plan {
+    columns: Vec<Column>,
+    out: Vec<(String, Option<usize>)>, // each captured column's `"name": ` prefix and its table-map index
+    key: Vec<usize>,                    // table-map indexes of the key columns
+}
+
+fn le(b: &[u8], p: usize, n: usize) -> Option<u64> {
+    let s = b.get(p..p + n)?;
+    Some(s.iter().rev().fold(0u64, |v, x| (v << 8) | *x as u64))
+}
+
+fn be(b: &[u8], p: usize, n: usize) -> Option<u64> {
+    let s = b.get(p..p + n)?;
+    Some(s.iter().fold(0u64, |v, x| (v << 8) | *x as u64))
+}
+
+fn signed(v: u64, n: usize) -> i64 {
+    let bits = 8 * n as u32;
+    if bits < 64 && v & (1 << (bits - 1)) != 0 {
+        v as i64 - (1i64 << bits)
+    } else {
+        v as i64
+    }
+}
+
+/// A DATETIME2/TIMESTAMP2 fraction of `fsp` digits at `p`: (microseconds as the Python decoder
+/// computes them, the raw signed value, position after it).
+fn fraction(b: &[u8], p: usize, fsp: usize) -> Option<(i64, i64, usize)> {
+    let n = (fsp + 1) / 2;
+    if n == 0 {
+        return Some((0, 0, p));
+    }
+    let raw = signed(be(b, p, n)?, n);
+    let mut us = raw;
+    if fsp % 2 == 1 {
+        us /= 10; // int(us / 10): toward zero
+    }
+    Some((us * 10i64.pow(6 - fsp as u32), raw, p + n))
+}
+
+fn zero_date_key(text: &str, timestamp: bool, out: &mut String) {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    out.push_str(&whole[..whole.len().min(19)]);
+    out.push('.');
+    let f: String = fraction.chars().take(6).collect();
+    out.push_str(&f);
+    for _ in f.len()..6 {
+        out.push('0');
+    }
+    if timestamp {
+        out.push_str("+00:00");
+    }
+}
+
+impl Plan {
+    /// One image at `p`: each column's JSON value into `buf` (ranges in `vals`, None for NULL) when
+    /// `encode`, the key columns' stored bytes into `raw`. The position after it, or None.
+    #[allow(clippy::too_many_arguments)]
+    fn image(&self, py: Python<'_>, b: &[u8], mut p: usize, encode: bool, buf: &mut String,
+             vals: &mut [Option<(usize, usize)>], raw: &mut [Option<(usize, usize)>]) -> Option<usize> {
+        let n = self.columns.len();
+        let nulls = b.get(p..p + (n + 7) / 8)?;
+        p += (n + 7) / 8;
+        buf.clear();
+        for (i, c) in self.columns.iter().enumerate() {
+            vals[i] = None;
+            raw[i] = None;
+            if nulls[i / 8] >> (i % 8) & 1 == 1 {
+                continue;
+            }
+            let start = p;
+            let at = buf.len();
+            let wanted = encode && !matches!(c.encode, Encode::Skip);
+            if wanted {
+                buf.push('"');
+            }
+            let null = match c.decode {
+                Decode::Int { size, signed: s } => {
+                    let v = le(b, p, size)?;
+                    p += size;
+                    if wanted {
+                        if s { push_int(buf, signed(v, size)) } else { push_uint(buf, v) }
+                    }
+                    false
+                }
+                Decode::Year => {
+                    let v = *b.get(p)? as i64 + 1900;
+                    p += 1;
+                    if wanted {
+                        push_int(buf, if v == 1900 { 0 } else { v });
+                    }
+                    false
+                }
+                Decode::Float => {
+                    let v = f32::from_le_bytes(b.get(p..p + 4)?.try_into().ok()?);
+                    p += 4;
+                    if wanted {
+                        text::float32_text(v, buf);
+                    }
+                    false
+                }
+                Decode::Double => {
+                    let v = f64::from_le_bytes(b.get(p..p + 8)?.try_into().ok()?);
+                    p += 8;
+                    if wanted {
+                        text::float_repr(v, buf);
+                    }
+                    false
+                }
+                Decode::Decimal { precision, scale } => {
+                    p = text::decimal(b, p, precision, scale, buf)?;
+                    if !wanted {
+                        buf.truncate(at);
+                    }
+                    false
+                }
+                Decode::Bytes { prefix } => {
+                    let len = le(b, p, prefix)? as usize;
+                    p += prefix;
+                    let v = b.get(p..p + len)?;
+                    p += len;
+                    wanted && !self.bytes(py, &c.encode, v, buf)?
+                }
+                Decode::Fixed { size } => {
+                    let v = b.get(p..p + size)?;
+                    p += size;
+                    wanted && !self.bytes(py, &c.encode, v, buf)?
+                }
+                Decode::Enum { size } => {
+                    let k = le(b, p, size)? as usize;
+                    p += size;
+                    match &c.encode {
+                        Encode::Members(m) if wanted && m.is_empty() => true, // no members known: NULL
+                        Encode::Members(m) if wanted => match m.get(k)? {
+                            Some(t) => {
+                                escape_into(t, buf);
+                                false
+                            }
+                            None => true,
+                        },
+                        _ => false,
+                    }
+                }
+                Decode::Set { size } => {
+                    let k = le(b, p, size)?;
+                    p += size;
+                    if let (true, Encode::Members(m)) = (wanted, &c.encode) {
+                        let chosen: Vec<&str> = m.iter().enumerate()
+                            .filter(|(j, _)| *j < 64 && k >> j & 1 == 1)
+                            .filter_map(|(_, s)| s.as_deref()).collect();
+                        escape_into(&chosen.join(","), buf);
+                    }
+                    false
+                }
+                Decode::Date => {
+                    let k = le(b, p, 3)? as i64;
+                    p += 3;
+                    let (y, mo, d) = (k >> 9, (k >> 5) & 15, k & 31);
+                    let key = matches!(c.encode, Encode::Temporal { key: true });
+                    if y == 0 || mo == 0 || d == 0 {
+                        if wanted && key {
+                            push_date(buf, y, mo, d);
+                            buf.truncate(at + 1 + 10); // the text's first ten characters (zero_date_key)
+                        }
+                        !key
+                    } else {
+                        if !text::valid_date(y, mo, d) {
+                            return None;
+                        }
+                        if wanted {
+                            push_date(buf, y, mo, d);
+                        }
+                        false
+                    }
+                }
+                Decode::DateTime { fsp } => {
+                    let k = be(b, p, 5)? as i64;
+                    p += 5;
+                    let ym = (k >> 22) & 0x1FFFF;
+                    let (y, mo, d) = (ym / 13, ym % 13, (k >> 17) & 31);
+                    let (h, mi, s) = ((k >> 12) & 31, (k >> 6) & 63, k & 63);
+                    let (us, raw_fraction, after) = fraction(b, p, fsp)?;
+                    p = after;
+                    let key = matches!(c.encode, Encode::Temporal { key: true });
+                    if text::valid_date(y, mo, d) && h < 24 && mi < 60 && s < 60 {
+                        if us > 999_999 {
+                            return None;
+                        }
+                        if wanted {
+                            push_datetime(buf, y, mo, d, h, mi, s, us.max(0));
+                        }
+                        false
+                    } else {
+                        if wanted && key {
+                            let mut t = format!("{:04}-{:02}-{:02} {:02}:{:02}:{:02}", y, mo, d, h, mi, s);
+                            if fsp > 0 {
+                                let f = if fsp % 2 == 1 { raw_fraction.div_euclid(10) } else { raw_fraction };
+                                t.push_str(&format!(".{:06}", f * 10i64.pow(6 - fsp as u32)));
+                            }
+                            zero_date_key(&t, false, buf);
+                        }
+                        !key
+                    }
+                }
+                Decode::Timestamp { fsp } => {
+                    let secs = signed(be(b, p, 4)?, 4);
+                    p += 4;
+                    let (us, _, after) = fraction(b, p, fsp)?;
+                    p = after;
+                    if us > 999_999 {
+                        return None;
+                    }
+                    let us = us.max(0);
+                    let key = matches!(c.encode, Encode::Temporal { key: true });
+                    if secs * 1_000_000 + us < 1_000_000 {
+                        if wanted && key {
+                            zero_date_key("0000-00-00 00:00:00", true, buf);
+                        }
+                        !key
+                    } else {
+                        if wanted {
+                            let (y, mo, d) = text::civil(secs.div_euclid(86_400));
+                            let t = secs.rem_euclid(86_400);
+                            push_datetime(buf, y, mo, d, t / 3600, t / 60 % 60, t % 60, us);
+                            buf.push_str("+00:00");
+                        }
+                        false
+                    }
+                }
+            };
+            if key_column(&self.key, i) {
+                raw[i] = Some((start, p));
+            }
+            if wanted {
+                if null {
+                    buf.truncate(at);
+                } else {
+                    buf.push('"');
+                    vals[i] = Some((at, buf.len()));
+                }
+            }
+        }
+        Some(p)
+    }
+
+    /// A value's bytes encoded into `buf`: Some(false) for NULL (a Python encoding's None).
+    fn bytes(&self, py: Python<'_>, encode: &Encode, v: &[u8], buf: &mut String) -> Option<bool> {
+        match encode {
+            Encode::Python(f) => {
+                let out = f.call1(py, (pyo3::types::PyBytes::new(py, v),)).ok()?;
+                if out.is_none(py) {
+                    return Some(false);
+                }
+                let text: String = out.extract(py).ok()?;
+                escape_into(&text, buf);
+            }
+            Encode::Utf8 => {
+                let s = std::str::from_utf8(v).ok()?;
+                escape_into(s, buf);
+            }
+            Encode::Table(table) => {
+                let mut s = String::with_capacity(v.len());
+                for x in v {
+                    let c = table[*x as usize];
+                    if c == '\u{fffe}' {
+                        return None;
+                    }
+                    s.push(c);
+                }
+                escape_into(&s, buf);
+            }
+            Encode::Base64 { pad } => {
+                if v.len() < *pad {
+                    let mut padded = v.to_vec();
+                    padded.resize(*pad, 0);
+                    text::base64(&padded, buf);
+                } else {
+                    text::base64(v, buf);
+                }
+            }
+            _ => return None,
+        }
+        Some(true)
+    }
+
+    /// The `_row` text of the image last decoded with `encode`.
+    fn row_text(&self, buf: &str, vals: &[Option<(usize, usize)>]) -> String {
+        let mut out = String::with_capacity(buf.len() + 16 * self.out.len() + 2);
+        if self.out.is_empty() {
+            out.push_str("{}");
+            return out;
+        }
+        for (prefix, index) in &self.out {
+            out.push_str(prefix);
+            match index.and_then(|i| vals[i]) {
+                Some((a, b)) => out.push_str(&buf[a..b]),
+                None => out.push_str("null"),
+            }
+        }
+        out.push('}');
+        out
+    }
+}
+
+fn key_column(key: &[usize], i: usize) -> bool {
+    key.contains(&i)
+}
+
+fn escape_into(s: &str, buf: &mut String) {
+    // json_string quotes; the caller has opened the quote already
+    let at = buf.len();
+    text::json_string(s, buf);
+    buf.remove(at);
+    buf.pop();
+}
+
+fn push_int(buf: &mut String, v: i64) {
+    use std::fmt::Write;
+    let _ = write!(buf, "{}", v);
+}
+
+fn push_uint(buf: &mut String, v: u64) {
+    use std::fmt::Write;
+    let _ = write!(buf, "{}", v);
+}
+
+fn push_date(buf: &mut String, y: i64, mo: i64, d: i64) {
+    use std::fmt::Write;
+    let _ = write!(buf, "{:04}-{:02}-{:02}", y, mo, d);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn push_datetime(buf: &mut String, y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, us: i64) {
+    use std::fmt::Write;
+    let _ = write!(buf, "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}", y, mo, d, h, mi, s, us);
+}
+
+type ColumnSpec = (String, i64, i64, String, i64, Option<String>, Option<Vec<Option<String>>>, Option<Py<PyAny>>);
+
+fn column(py: Python<'_>, spec: &ColumnSpec) -> PyResult<Column> {
+    let (decode, a, b, encode, e, table, members, function) = spec;
+    let (a, b) = (*a as usize, *b);
+    let bad = || pyo3::exceptions::PyValueError::new_err(format!("no native form for {decode}/{encode}"));
+    let decode = match decode.as_str() {
+        "int" if [1, 2, 3, 4, 8].contains(&a) => Decode::Int { size: a, signed: b != 0 },
+        "year" => Decode::Year,
+        "float" => Decode::Float,
+        "double" => Decode::Double,
+        "decimal" => Decode::Decimal { precision: a, scale: b as usize },
+        "bytes" if (1..=4).contains(&a) => Decode::Bytes { prefix: a },
+        "fixed" if (1..=8).contains(&a) => Decode::Fixed { size: a },
+        "enum" if (1..=2).contains(&a) => Decode::Enum { size: a },
+        "set" if (1..=8).contains(&a) => Decode::Set { size: a },
+        "date" => Decode::Date,
+        "datetime" if a <= 6 => Decode::DateTime { fsp: a },
+        "timestamp" if a <= 6 => Decode::Timestamp { fsp: a },
+        _ => return Err(bad()),
+    };
+    let encode = match encode.as_str() {
+        "skip" => Encode::Skip,
+        "plain" => Encode::Plain,
+        "text" => match table {
+            None => Encode::Utf8,
+            Some(t) if t.chars().count() == 256 => Encode::Table(t.chars().collect()),
+            Some(_) => return Err(bad()),
+        },
+        "base64" => Encode::Base64 { pad: *e as usize },
+        "members" => Encode::Members(members.clone().unwrap_or_default()),
+        "temporal" => Encode::Temporal { key: *e != 0 },
+        "python" => match function {
+            Some(f) => Encode::Python(f.clone_ref(py)),
+            None => return Err(bad()),
+        },
+        _ => return Err(bad()),
+    };
+    Ok(Column { decode, encode })
+}
+
+#[pymethods]
+impl Plan {
+    /// `columns`: per table-map column, (decode, a, b, encode, e, table, members, function) -- see
+    /// `binlake.source.rowtext`; `out`: each captured column's name and its table-map index (None:
+    /// not in the event, NULL); `key`: the key columns' table-map indexes.
+    #[new]
+    fn new(py: Python<'_>, columns: Vec<ColumnSpec>, out: Vec<(String, Option<usize>)>, key: Vec<usize>)
+        -> PyResult<Self> {
+        let columns = columns.iter().map(|c| column(py, c)).collect::<PyResult<Vec<_>>>()?;
+        let mut prefixes = Vec::with_capacity(out.len());
+        for (j, (name, index)) in out.into_iter().enumerate() {
+            if index.is_some_and(|i| i >= columns.len()) {
+                return Err(pyo3::exceptions::PyValueError::new_err("column index out of range"));
+            }
+            let mut prefix = String::from(if j == 0 { "{" } else { ", " });
+            text::json_string(&name, &mut prefix);
+            prefix.push_str(": ");
+            prefixes.push((prefix, index));
+        }
+        if key.iter().any(|i| *i >= columns.len()) {
+            return Err(pyo3::exceptions::PyValueError::new_err("key index out of range"));
+        }
+        Ok(Plan { columns, out: prefixes, key })
+    }
+
+    /// The `_row` texts of every row in `data`: for an insert or a delete (`pairs` false) one
+    /// (None, text) per row; for an update (before, after) pairs, (None, after's text) where the key
+    /// is the same in both images and (before's text, after's text) where it changed. None when the
+    /// bytes do not decode under this plan.
+    fn rows(&self, py: Python<'_>, data: &[u8], pairs: bool) -> Option<Vec<(Option<String>, String)>> {
+        let n = self.columns.len();
+        let mut buf = String::with_capacity(256);
+        let mut vals = vec![None; n];
+        let mut raw = vec![None; n];
+        let mut before_raw = vec![None; n];
+        let mut out = Vec::new();
+        let mut p = 0usize;
+        while p < data.len() {
+            if !pairs {
+                p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
+                out.push((None, self.row_text(&buf, &vals)));
+                continue;
+            }
+            let before_at = p;
+            p = self.image(py, data, p, false, &mut buf, &mut vals, &mut before_raw)?;
+            p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
+            let after = self.row_text(&buf, &vals);
+            let same = self.key.iter().all(|&i| match (before_raw[i], raw[i]) {
+                (None, None) => true,
+                (Some((a, b)), Some((c, d))) => data[a..b] == data[c..d],
+                _ => false,
+            });
+            if same {
+                out.push((None, after));
+            } else {
+                self.image(py, data, before_at, true, &mut buf, &mut vals, &mut before_raw)?;
+                out.push((Some(self.row_text(&buf, &vals)), after));
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Python's text of a value as binlake encodes it (for the tests against Python's own): a DOUBLE's
+/// `repr`, or with `single` a FLOAT's shortest single-precision text.
+#[pyfunction]
+fn float_text(x: f64, single: bool) -> String {
+    let mut out = String::new();
+    if single { text::float32_text(x as f32, &mut out) } else { text::float_repr(x, &mut out) }
+    out
+}
+
+/// A packed DECIMAL's text (for the tests against Python's own), or None.
+#[pyfunction]
+fn decimal_text(data: &[u8], precision: usize, scale: usize) -> Option<String> {
+    let mut out = String::new();
+    text::decimal(data, 0, precision, scale, &mut out).map(|_| out)
+}
+
+#[pymodule]
+fn _rowtext(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Plan>()?;
+    m.add_function(wrap_pyfunction!(float_text, m)?)?;
+    m.add_function(wrap_pyfunction!(decimal_text, m)?)?;
+    Ok(())
+}
