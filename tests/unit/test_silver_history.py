@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import decimal
 import itertools
-import json
 
 import pytest
 
@@ -15,17 +14,9 @@ from binlake.lake import bronze, silver
 from binlake.lake.silver_shape import Shape
 from binlake.schema import Column, TableSchema
 
-SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)", False), Column("v", "varchar", "varchar(10)")), ("id",))
+from .test_silver_merge import SCHEMA, changes
+
 SOFT, HISTORY, BOTH = Shape("soft", 1), Shape("hard", 2), Shape("soft", 2)
-
-
-def changes(spark, rows):  # type: ignore[no-untyped-def]
-    raw = spark.createDataFrame(
-        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, chunk, None, json.dumps({"id": str(k), "v": v}))
-         for op, seq, k, v, chunk in rows],
-        bronze.CHANGES,
-    )
-    return bronze.typed(raw, SCHEMA)
 
 
 def setup(spark, tmp_path, shape):  # type: ignore[no-untyped-def]
