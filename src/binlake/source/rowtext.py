@@ -150,7 +150,11 @@ def compile_plan(schema: TableSchema, columns: list[Any]) -> Any | None:
     key = schema.key
     if any(k not in index or columns[index[k]].type in _FLOATS for k in key):
         return None  # -0.0 equals 0.0 but not byte for byte: a float key compares as Python values
-    return _rowtext.Plan(specs, [(col.name, index.get(col.name)) for col in schema.columns], [index[k] for k in key])
+    try:
+        return _rowtext.Plan(specs, [(col.name, index.get(col.name)) for col in schema.columns],
+                             [index[k] for k in key])
+    except ValueError:  # metadata it has no form for (a SET of more than 64 members, say)
+        return None
 
 
 class Plans:
