@@ -217,8 +217,10 @@ def check_deletes(rows: list[dict[str, Any]], truth: dict[int, list[Event]], sha
 SHAPES = {"both": Shape("soft", 2), "soft": Shape("soft", 1), "history": Shape("hard", 2)}
 
 
+# each case takes about 2 minutes a server: all three take turns in the slow tests' rotation (tests/conftest.py),
+# and tests/unit/test_silver_history.py checks every order of arrival and replay every day
 @pytest.mark.parametrize("which", [
-    "both",
+    pytest.param("both", marks=pytest.mark.slow),
     pytest.param("soft", marks=pytest.mark.slow),
     pytest.param("history", marks=pytest.mark.slow),
 ])
