@@ -187,24 +187,7 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
     plans = Plans()
     dumps = json.JSONEncoder(ensure_ascii=False).encode
     for change in changes:
-        if isinstance(change, RowEvent):  # a whole row event: natively to text where it can be
-            if skip(change):
-                continue
-            schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
-            texts = None
-            if handover.emits_all(change.table, change.at):
-                plan = plans.plan(schema, change.event.columns, change.shape())
-                texts = change.native_rows(plan) if plan is not None else None
-            if texts is not None:
-                yield from _native(change, texts)
-                continue
-            each: Iterator[Any] = change.changes()
-        elif isinstance(change, RowChange):
-            if skip(change):
-                continue
-            schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
-            each = iter((change,))
-        else:
+        if not isinstance(change, (RowEvent, RowChange)):
             version = evolver.follow(change) if evolver is not None else False
             if version is False:
                 _judge(guard, evolver, change)
@@ -212,6 +195,19 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
                 yield (version.table, "s", decimal.Decimal(version.seq), None, version.at.file, version.at.pos,
                        None, None, None, marker_row(version))
             continue
+        if skip(change):  # a whole row event's rows share what it looks at (ts, gtid, epoch)
+            continue
+        schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
+        each: Iterator[Any] = iter((change,))
+        if isinstance(change, RowEvent):  # a whole row event: natively to text where it can be
+            texts = None
+            if handover.emits_all(change.table, change.at):
+                plan = plans.plan(schema, change.event.columns, change.shape())
+                texts = change.native_rows(plan) if plan is not None else None
+            if texts is not None:
+                yield from _native(change, texts)
+                continue
+            each = change.changes()
         encode = encoders.get(id(schema))
         if encode is None:
             encode = encoders[id(schema)] = schema.row_encoder()
