@@ -20,44 +20,28 @@ import os
 import pstats
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import decode  # noqa: E402
 import harness  # noqa: E402
 import stream  # noqa: E402
 
 DATABASE = "bench_profile"
 
 
-def _work(source: harness.Source, start: tuple[str, int], stop: tuple[str, int], encode: bool) -> int:
-    from binlake.capture.handover import Handover
-    from binlake.offsets import BinlogPosition
-    from binlake.source.binlog_reader import read_changes
-    from binlake.source.catalog import load_schema
-    from binlake.spark.binlog_source import _batches, _rows
-
-    with source.connect() as conn:
-        schema = load_schema(conn, DATABASE, "customer")
-    schemas = {schema.name: schema}
-    handover = Handover(schemas, {})
-    handover.bind(None)
-    params = {"host": "127.0.0.1", "port": source.port, "user": "root", "password": "", "tls": {"mode": "preferred"}}
-    changes = read_changes(params, 6198, BinlogPosition(*start), BinlogPosition(*stop),
-                           lambda d, t: f"{d}.{t}" in schemas, whole_events=encode)
-    if not encode:
-        return sum(1 for _ in changes)
-    return sum(b.num_rows for b in _batches(_rows(changes, schemas, handover, None, None, lambda c: False)))
+Work = Callable[[tuple[str, int], tuple[str, int], bool], int]
 
 
-def timed(source: harness.Source, start: tuple[str, int], stop: tuple[str, int], encode: bool) -> tuple[int, float]:
+def timed(work: Work, start: tuple[str, int], stop: tuple[str, int], encode: bool) -> tuple[int, float]:
     cpu = time.process_time()
-    n = _work(source, start, stop, encode)
+    n = work(start, stop, encode)
     return n, time.process_time() - cpu
 
 
-def interleaved(source: harness.Source, start: tuple[str, int], stop: tuple[str, int]) -> dict[str, float]:
+def interleaved(work: Work, start: tuple[str, int], stop: tuple[str, int]) -> dict[str, float]:
     """The whole work's CPU seconds: as it is, with the Python row encoding, and with that and no
     table map remembered; alternating, the median of each."""
     from binlake.source import binlog_types, rowtext
@@ -72,7 +56,7 @@ def interleaved(source: harness.Source, start: tuple[str, int], stop: tuple[str,
             for label, (module, keep) in ways.items():
                 rowtext._rowtext, binlog_types._TableMaps.LIMIT = module, keep
                 binlog_types.TABLE_MAPS.parsed.clear()
-                times[label].append(timed(source, start, stop, True)[1])
+                times[label].append(timed(work, start, stop, True)[1])
     finally:
         rowtext._rowtext, binlog_types._TableMaps.LIMIT = native, limit
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
@@ -92,18 +76,19 @@ def main() -> int:
         finally:
             stream.DATABASE = stream_db
         start, stop = tuple(written["binlog_start"]), tuple(written["binlog_stop"])
+        work = decode.reader(source, DATABASE, "customer")
         lines = [f"# Stream decoding profile ({server}, {written['changes']:,} changes, "
                  f"{written['single_row_statements']:,} single-row statements)", ""]
         for label, encode in (("replication read alone", False), ("the binlog source's whole work", True)):
-            n, cpu = timed(source, start, stop, encode)  # type: ignore[arg-type]
+            n, cpu = timed(work, start, stop, encode)  # type: ignore[arg-type]
             lines.append(f"- {label}: {n:,} changes, {cpu:.2f} CPU s, {cpu * 1e6 / n:.1f} CPU s per 1M changes")
         lines += ["", "Interleaved, CPU seconds per 1M changes (median of "
                   f"{harness.env_int('PROFILE_ROUNDS', 3)} rounds each):"]
-        for label, cpu in interleaved(source, start, stop).items():  # type: ignore[arg-type]
+        for label, cpu in interleaved(work, start, stop).items():  # type: ignore[arg-type]
             lines.append(f"- {label}: {cpu * 1e6 / written['changes']:.1f}")
         prof = cProfile.Profile()
         prof.enable()
-        _work(source, start, stop, True)  # type: ignore[arg-type]
+        work(start, stop, True)  # type: ignore[arg-type]
         prof.disable()
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(int(os.environ.get("PROFILE_TOP", "30")))
