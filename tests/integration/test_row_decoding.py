@@ -114,7 +114,8 @@ def _flat_rows(dev_db: Any, database: str, table: str, start: Any, stop: Any) ->
     whole row events), as a micro-batch hands them to Spark."""
     from binlake.capture.handover import Handover
     from binlake.source.catalog import load_schema
-    from binlake.spark.binlog_source import _rows
+    from binlake.source.rowtext import RowValues
+    from binlake.spark.binlog_source import _batches, _rows
 
     conn = source_connect(params(dev_db))
     try:
@@ -125,7 +126,9 @@ def _flat_rows(dev_db: Any, database: str, table: str, start: Any, stop: Any) ->
     handover = Handover(schemas, {})
     handover.bind(None)
     changes = read_changes(params(dev_db), 5392, start, stop, lambda d, t: f"{d}.{t}" in schemas, whole_events=True)
-    return list(_rows(changes, schemas, handover, None, None, lambda c: False))
+    values = RowValues()
+    batches = _batches(_rows(changes, schemas, handover, None, None, lambda c: False, values), values)
+    return [tuple(row.values()) for batch in batches for row in batch.to_pylist()]
 
 
 def test_the_native_encoding_gives_the_python_path_s_rows(dev_db, database, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -154,15 +157,15 @@ def test_the_native_encoding_gives_the_python_path_s_rows(dev_db, database, monk
         return found
 
     taken = []
-    rows = RowEvent.native_rows
+    appended = RowEvent.native_values
 
-    def taking(self: Any, plan: Any) -> Any:
-        out = rows(self, plan)
+    def taking(self: Any, plan: Any, values: Any) -> Any:
+        out = appended(self, plan, values)
         taken.append(out is not None)
         return out
 
     monkeypatch.setattr(rowtext.Plans, "plan", counting)
-    monkeypatch.setattr(RowEvent, "native_rows", taking)
+    monkeypatch.setattr(RowEvent, "native_values", taking)
     native = _flat_rows(dev_db, database, "native", start, stop) + _flat_rows(dev_db, database, "esc", start, stop)
     assert planned and all(planned), "every event of both tables has a native plan"
     assert len(taken) == len(planned) and all(taken), "and every one is encoded natively"

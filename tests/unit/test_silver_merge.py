@@ -4,7 +4,6 @@ snapshot row that arrives after a later delete of its key does not bring it back
 from __future__ import annotations
 
 import decimal
-import json
 
 from chispa import assert_df_equality
 
@@ -16,7 +15,7 @@ SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)", False), Column("v
 
 def changes(spark, rows):  # type: ignore[no-untyped-def]
     raw = spark.createDataFrame(
-        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, chunk, None, json.dumps({"id": str(k), "v": v}))
+        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, chunk, None, None, [str(k), v])
          for op, seq, k, v, chunk in rows],
         bronze.CHANGES,
     )

@@ -1,10 +1,11 @@
 //! binlake's native row encoding: the row images of a binlog row event, straight from its bytes to
-//! bronze's `_row` text (the JSON object of every captured column's encoded text), without a Python
-//! value in between. `binlake.source.rowtext` compiles a `Plan` per table shape and schema version and
+//! each captured column's encoded text (the change rows' `_vals`, built into Arrow buffers in `Values`),
+//! without a Python value in between. `binlake.source.rowtext` compiles a `Plan` per table shape and schema version and
 //! falls back to the Python decoder for any shape or value the plan does not take: a plan answers
 //! None rather than guess, and the Python path then decodes (or refuses) the event as before.
 
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 mod text;
 
@@ -44,7 +45,7 @@ struct Column {
 #[pyclass(frozen)]
 struct Plan {
     columns: Vec<Column>,
-    out: Vec<(String, Option<usize>)>, // each captured column's `"name": ` prefix and its table-map index
+    out: Vec<Option<usize>>,           // each captured column's table-map index (None: not in the event)
     key: Vec<usize>,                    // table-map indexes of the key columns
 }
 
@@ -97,7 +98,7 @@ fn zero_date_key(text: &str, timestamp: bool, out: &mut String) {
 }
 
 impl Plan {
-    /// One image at `p`: each column's JSON value into `buf` (ranges in `vals`, None for NULL) when
+    /// One image at `p`: each column's encoded text into `buf` (ranges in `vals`, None for NULL) when
     /// `encode`, the key columns' stored bytes into `raw`. The position after it, or None.
     #[allow(clippy::too_many_arguments)]
     fn image(&self, py: Python<'_>, b: &[u8], mut p: usize, encode: bool, buf: &mut String,
@@ -115,9 +116,6 @@ impl Plan {
             let start = p;
             let at = buf.len();
             let wanted = encode && !matches!(c.encode, Encode::Skip);
-            if wanted {
-                buf.push('"');
-            }
             let null = match c.decode {
                 Decode::Int { size, signed: s } => {
                     let v = le(b, p, size)?;
@@ -177,7 +175,7 @@ impl Plan {
                         Encode::Members(m) if wanted && m.is_empty() => true, // no members known: NULL
                         Encode::Members(m) if wanted => match m.get(k)? {
                             Some(t) => {
-                                escape_into(t, buf);
+                                buf.push_str(t);
                                 false
                             }
                             None => true,
@@ -192,7 +190,7 @@ impl Plan {
                         let chosen: Vec<&str> = m.iter().enumerate()
                             .filter(|(j, _)| *j < 64 && k >> j & 1 == 1)
                             .filter_map(|(_, s)| s.as_deref()).collect();
-                        escape_into(&chosen.join(","), buf);
+                        buf.push_str(&chosen.join(","));
                     }
                     false
                 }
@@ -204,7 +202,7 @@ impl Plan {
                     if y == 0 || mo == 0 || d == 0 {
                         if wanted && key {
                             push_date(buf, y, mo, d);
-                            buf.truncate(at + 1 + 10); // the text's first ten characters (zero_date_key)
+                            buf.truncate(at + 10); // the text's first ten characters (zero_date_key)
                         }
                         !key
                     } else {
@@ -279,7 +277,6 @@ impl Plan {
                 if null {
                     buf.truncate(at);
                 } else {
-                    buf.push('"');
                     vals[i] = Some((at, buf.len()));
                 }
             }
@@ -291,27 +288,25 @@ impl Plan {
     fn bytes(&self, py: Python<'_>, encode: &Encode, v: &[u8], buf: &mut String) -> Option<bool> {
         match encode {
             Encode::Python(f) => {
-                let out = f.call1(py, (pyo3::types::PyBytes::new(py, v),)).ok()?;
+                let out = f.call1(py, (PyBytes::new(py, v),)).ok()?;
                 if out.is_none(py) {
                     return Some(false);
                 }
                 let text: String = out.extract(py).ok()?;
-                escape_into(&text, buf);
+                buf.push_str(&text);
             }
             Encode::Utf8 => {
                 let s = std::str::from_utf8(v).ok()?;
-                escape_into(s, buf);
+                buf.push_str(s);
             }
             Encode::Table(table) => {
-                let mut s = String::with_capacity(v.len());
                 for x in v {
                     let c = table[*x as usize];
                     if c == '\u{fffe}' {
                         return None;
                     }
-                    s.push(c);
+                    buf.push(c);
                 }
-                escape_into(&s, buf);
             }
             Encode::Base64 { pad } => {
                 if v.len() < *pad {
@@ -327,35 +322,55 @@ impl Plan {
         Some(true)
     }
 
-    /// The `_row` text of the image last decoded with `encode`.
-    fn row_text(&self, buf: &str, vals: &[Option<(usize, usize)>]) -> String {
-        let mut out = String::with_capacity(buf.len() + 16 * self.out.len() + 2);
-        if self.out.is_empty() {
-            out.push_str("{}");
-            return out;
-        }
-        for (prefix, index) in &self.out {
-            out.push_str(prefix);
+    /// The captured columns' texts of the image last decoded with `encode`, as one row of `values`.
+    fn push_row(&self, buf: &str, vals: &[Option<(usize, usize)>], values: &mut Values) {
+        for index in &self.out {
             match index.and_then(|i| vals[i]) {
-                Some((a, b)) => out.push_str(&buf[a..b]),
-                None => out.push_str("null"),
+                Some((a, b)) => values.push_value(Some(&buf[a..b])),
+                None => values.push_value(None),
             }
         }
-        out.push('}');
-        out
+        values.end_row(true);
+    }
+
+    /// `append`'s work; on None `values` may hold part of the event (the caller takes it back).
+    fn append_rows(&self, py: Python<'_>, data: &[u8], pairs: bool, values: &mut Values) -> Option<Vec<bool>> {
+        let n = self.columns.len();
+        let mut buf = String::with_capacity(256);
+        let mut vals = vec![None; n];
+        let mut raw = vec![None; n];
+        let mut before_raw = vec![None; n];
+        let (mut after, mut after_vals) = (String::with_capacity(256), vec![None; n]);
+        let mut changed = Vec::new();
+        let mut p = 0usize;
+        while p < data.len() {
+            if !pairs {
+                p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
+                self.push_row(&buf, &vals, values);
+                changed.push(false);
+                continue;
+            }
+            let before_at = p;
+            p = self.image(py, data, p, false, &mut buf, &mut vals, &mut before_raw)?;
+            p = self.image(py, data, p, true, &mut after, &mut after_vals, &mut raw)?;
+            let same = self.key.iter().all(|&i| match (before_raw[i], raw[i]) {
+                (None, None) => true,
+                (Some((a, b)), Some((c, d))) => data[a..b] == data[c..d],
+                _ => false,
+            });
+            if !same {
+                self.image(py, data, before_at, true, &mut buf, &mut vals, &mut before_raw)?;
+                self.push_row(&buf, &vals, values);
+            }
+            self.push_row(&after, &after_vals, values);
+            changed.push(!same);
+        }
+        Some(changed)
     }
 }
 
 fn key_column(key: &[usize], i: usize) -> bool {
     key.contains(&i)
-}
-
-fn escape_into(s: &str, buf: &mut String) {
-    // json_string quotes; the caller has opened the quote already
-    let at = buf.len();
-    text::json_string(s, buf);
-    buf.remove(at);
-    buf.pop();
 }
 
 fn push_int(buf: &mut String, v: i64) {
@@ -429,57 +444,138 @@ impl Plan {
     fn new(py: Python<'_>, columns: Vec<ColumnSpec>, out: Vec<(String, Option<usize>)>, key: Vec<usize>)
         -> PyResult<Self> {
         let columns = columns.iter().map(|c| column(py, c)).collect::<PyResult<Vec<_>>>()?;
-        let mut prefixes = Vec::with_capacity(out.len());
-        for (j, (name, index)) in out.into_iter().enumerate() {
-            if index.is_some_and(|i| i >= columns.len()) {
-                return Err(pyo3::exceptions::PyValueError::new_err("column index out of range"));
-            }
-            let mut prefix = String::from(if j == 0 { "{" } else { ", " });
-            text::json_string(&name, &mut prefix);
-            prefix.push_str(": ");
-            prefixes.push((prefix, index));
+        if out.iter().any(|(_, index)| index.is_some_and(|i| i >= columns.len())) {
+            return Err(pyo3::exceptions::PyValueError::new_err("column index out of range"));
         }
+        let prefixes = out.into_iter().map(|(_, index)| index).collect();
         if key.iter().any(|i| *i >= columns.len()) {
             return Err(pyo3::exceptions::PyValueError::new_err("key index out of range"));
         }
         Ok(Plan { columns, out: prefixes, key })
     }
 
-    /// The `_row` texts of every row in `data`: for an insert or a delete (`pairs` false) one
-    /// (None, text) per row; for an update (before, after) pairs, (None, after's text) where the key
-    /// is the same in both images and (before's text, after's text) where it changed. None when the
-    /// bytes do not decode under this plan.
-    fn rows(&self, py: Python<'_>, data: &[u8], pairs: bool) -> Option<Vec<(Option<String>, String)>> {
-        let n = self.columns.len();
-        let mut buf = String::with_capacity(256);
-        let mut vals = vec![None; n];
-        let mut raw = vec![None; n];
-        let mut before_raw = vec![None; n];
-        let mut out = Vec::new();
-        let mut p = 0usize;
-        while p < data.len() {
-            if !pairs {
-                p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
-                out.push((None, self.row_text(&buf, &vals)));
-                continue;
-            }
-            let before_at = p;
-            p = self.image(py, data, p, false, &mut buf, &mut vals, &mut before_raw)?;
-            p = self.image(py, data, p, true, &mut buf, &mut vals, &mut raw)?;
-            let after = self.row_text(&buf, &vals);
-            let same = self.key.iter().all(|&i| match (before_raw[i], raw[i]) {
-                (None, None) => true,
-                (Some((a, b)), Some((c, d))) => data[a..b] == data[c..d],
-                _ => false,
-            });
-            if same {
-                out.push((None, after));
-            } else {
-                self.image(py, data, before_at, true, &mut buf, &mut vals, &mut before_raw)?;
-                out.push((Some(self.row_text(&buf, &vals)), after));
-            }
+    /// Every row of `data` appended to `values` as rows of captured columns' texts: for an insert or
+    /// a delete (`pairs` false) one row each; for an update (before, after) pairs, the after image,
+    /// preceded by the before image where the key changed. Per pair (or row), whether its key changed;
+    /// None, with nothing appended, when the bytes do not decode under this plan.
+    fn append(&self, py: Python<'_>, data: &[u8], pairs: bool, mut values: PyRefMut<'_, Values>) -> Option<Vec<bool>> {
+        let mark = values.mark();
+        let out = self.append_rows(py, data, pairs, &mut values);
+        if out.is_none() {
+            values.rewind(mark);
         }
-        Some(out)
+        out
+    }
+}
+
+/// Rows of encoded values (a NULL row: no values, as a schema marker's), built as the buffers of an
+/// Arrow `list<string>` array and handed over a batch of rows at a time (`take`).
+#[pyclass]
+#[derive(Default)]
+struct Values {
+    data: Vec<u8>,
+    offsets: Vec<i32>, // each value's start in `data`, then the end
+    valid: Vec<bool>,
+    rows: Vec<i32>, // each row's first value, then the end
+    row_valid: Vec<bool>,
+}
+
+fn bitmap(bits: &[bool]) -> Vec<u8> {
+    let mut out = vec![0u8; (bits.len() + 7) / 8];
+    for (i, b) in bits.iter().enumerate() {
+        if *b {
+            out[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out
+}
+
+fn le_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl Values {
+    fn push_value(&mut self, v: Option<&str>) {
+        if let Some(t) = v {
+            self.data.extend_from_slice(t.as_bytes());
+        }
+        self.valid.push(v.is_some());
+        self.offsets.push(self.data.len() as i32);
+    }
+
+    fn end_row(&mut self, valid: bool) {
+        self.rows.push(self.valid.len() as i32);
+        self.row_valid.push(valid);
+    }
+
+    fn mark(&self) -> (usize, usize, usize) {
+        (self.data.len(), self.valid.len(), self.row_valid.len())
+    }
+
+    fn rewind(&mut self, (data, vals, rows): (usize, usize, usize)) {
+        self.data.truncate(data);
+        self.valid.truncate(vals);
+        self.offsets.truncate(vals + 1);
+        self.row_valid.truncate(rows);
+        self.rows.truncate(rows + 1);
+    }
+}
+
+type Taken<'py> = (usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize, Bound<'py, PyBytes>,
+                   Bound<'py, PyBytes>, usize);
+
+#[pymethods]
+impl Values {
+    #[new]
+    fn new() -> Self {
+        Values { offsets: vec![0], rows: vec![0], ..Default::default() }
+    }
+
+    /// One row of texts (None: NULL), or None: a row without values.
+    #[pyo3(signature = (row))]
+    fn push(&mut self, row: Option<Vec<Option<String>>>) {
+        let valid = row.is_some();
+        for v in row.unwrap_or_default() {
+            self.push_value(v.as_deref());
+        }
+        self.end_row(valid);
+    }
+
+    fn __len__(&self) -> usize {
+        self.row_valid.len()
+    }
+
+    /// The bytes of text held.
+    fn nbytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The first `k` rows' buffers, which leave this builder: (values, their validity bitmap, offsets,
+    /// text, NULL values, rows' validity bitmap, rows' offsets, NULL rows).
+    fn take<'py>(&mut self, py: Python<'py>, k: usize) -> PyResult<Taken<'py>> {
+        if k > self.row_valid.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("fewer rows held"));
+        }
+        let nv = self.rows[k] as usize;
+        let nb = self.offsets[nv] as usize;
+        let taken = (
+            nv,
+            PyBytes::new(py, &bitmap(&self.valid[..nv])),
+            PyBytes::new(py, &le_bytes(&self.offsets[..=nv])),
+            PyBytes::new(py, &self.data[..nb]),
+            self.valid[..nv].iter().filter(|v| !**v).count(),
+            PyBytes::new(py, &bitmap(&self.row_valid[..k])),
+            PyBytes::new(py, &le_bytes(&self.rows[..=k])),
+            self.row_valid[..k].iter().filter(|v| !**v).count(),
+        );
+        self.data.drain(..nb);
+        self.valid.drain(..nv);
+        self.offsets.drain(..nv);
+        self.offsets.iter_mut().for_each(|o| *o -= nb as i32);
+        self.row_valid.drain(..k);
+        self.rows.drain(..k);
+        self.rows.iter_mut().for_each(|r| *r -= nv as i32);
+        Ok(taken)
     }
 }
 
@@ -502,6 +598,7 @@ fn decimal_text(data: &[u8], precision: usize, scale: usize) -> Option<String> {
 #[pymodule]
 fn _rowtext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
+    m.add_class::<Values>()?;
     m.add_function(wrap_pyfunction!(float_text, m)?)?;
     m.add_function(wrap_pyfunction!(decimal_text, m)?)?;
     Ok(())

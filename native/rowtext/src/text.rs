@@ -1,6 +1,6 @@
 //! The text forms binlake's Python encoding gives (`binlake.schema.Column.encode`), written without
 //! Python: a float's `repr`, FLOAT's shortest single-precision text, a packed DECIMAL's digits, dates
-//! and times, base64, and JSON string escaping as Python's `json` module does it.
+//! and times, and base64.
 
 use std::fmt::Write;
 
@@ -192,33 +192,4 @@ pub fn base64(data: &[u8], out: &mut String) {
         out.push(if n > 1 { B64[(v >> 6) as usize & 63] as char } else { '=' });
         out.push(if n > 2 { B64[v as usize & 63] as char } else { '=' });
     }
-}
-
-/// `s` as a JSON string the way Python's `json` module writes it with `ensure_ascii=False`: quotes
-/// and backslashes escaped, \b \f \n \r \t by name, other control characters as \u00xx.
-pub fn json_string(s: &str, out: &mut String) {
-    out.push('"');
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        let escaped = match c {
-            '"' => "\\\"",
-            '\\' => "\\\\",
-            '\n' => "\\n",
-            '\r' => "\\r",
-            '\t' => "\\t",
-            '\u{8}' => "\\b",
-            '\u{c}' => "\\f",
-            c if (c as u32) < 0x20 => "",
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        if escaped.is_empty() {
-            let _ = write!(out, "\\u{:04x}", c as u32);
-        } else {
-            out.push_str(escaped);
-        }
-        start = i + c.len_utf8();
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
 }

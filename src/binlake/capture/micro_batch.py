@@ -57,7 +57,7 @@ class MicroBatch:
                                             F.min("_seq").alias("oldest"),
                                             F.sum(F.when(F.col("_op") == "s", 1).otherwise(0)).alias("marks"),
                                             F.sum(F.when(F.col("_op") != "c", 1).otherwise(0)).alias("others"),
-                                            F.sum(F.length("_row")).alias("size")).collect()
+                                            F.sum(F.length(F.array_join("_vals", ""))).alias("size")).collect()
             read_s = time.monotonic() - began
 
             def land(row: Any) -> tuple[float, float]:

@@ -1,9 +1,10 @@
 """Bronze: the append-only change log of one source table, full row images plus `_` metadata.
 
-Both capture paths hand Spark the same generic change rows (`CHANGES`): the table, the operation,
-the sequence, where in the binlog it came from, and the row as a JSON object of encoded values
-(see `schema.Column.encode`). `typed` turns them into the table's typed columns, so the snapshot
-and the binlog give identical values. Operations: `r` snapshot read, `c` insert, `u` update,
+Both capture paths hand Spark generic change rows of text: the table, the operation, the sequence,
+where in the binlog it came from, and the row's encoded values (see `schema.Column.encode`) -- in
+`_vals`, the columns in order, for the binlog (`CHANGES`; rows from before `_vals` carry a JSON object
+in `_row`), as columns `_c0.._cN` for the snapshot (`flat_changes`). `typed` and `typed_flat` turn them
+into the table's typed columns by the same casts, so the snapshot and the binlog give identical values. Operations: `r` snapshot read, `c` insert, `u` update,
 `d` delete (row image before the delete), and `w`: one watermark row per snapshot chunk carrying
 its high watermark in `_file`/`_pos` and its low watermark in `_lw` (all source columns NULL) --
 the record that the chunk landed, written in the same commit as its rows. `_lw` is NULL on every
@@ -30,7 +31,7 @@ CHANGE_META = (
     "_table STRING, _op STRING, _seq DECIMAL(38,0), _ts BIGINT, _file STRING, _pos BIGINT, _gtid STRING, _chunk INT, "
     "_lw STRING"
 )
-CHANGES = CHANGE_META + ", _row STRING"
+CHANGES = CHANGE_META + ", _row STRING, _vals ARRAY<STRING>"
 JSON_OPTIONS = {"mode": "FAILFAST", "maxStringLen": str(2**31 - 1)}
 
 
@@ -90,12 +91,26 @@ def struct(schema: TableSchema) -> T.StructType:
 
 
 def typed(changes: DataFrame, schema: TableSchema) -> DataFrame:
-    """Generic change rows (`CHANGES`) of one table -> the bronze columns."""
+    """Generic change rows (`CHANGES`) of one table -> the bronze columns. A row's `_vals` holds its
+    columns' texts in the order of the schema version it was read under, which is `schema`; a row
+    without `_vals` (one written before binlake had it, in a Databricks pipeline's binlog table) is
+    read from the JSON object in its `_row`, by name."""
     payload = T.StructType([T.StructField(c.name, T.StringType()) for c in schema.columns])
     # Jackson refuses strings over 20 M characters (a 15 MB BLOB in base64) and from_json would
     # quietly give NULLs; FAILFAST turns any malformed row into an error instead of a NULL row
-    parsed = changes.withColumn("__r", F.from_json("_row", payload, JSON_OPTIONS))
-    return _typed(parsed, schema, [F.col("__r").getField(c.name) for c in schema.columns])
+    by_name = F.from_json("_row", payload, JSON_OPTIONS)
+    if "_vals" not in changes.columns:
+        parsed = changes.withColumn("__r", by_name)
+        return _typed(parsed, schema, [F.col("__r").getField(c.name) for c in schema.columns])
+    vals, n = F.col("_vals"), len(schema.columns)
+    # a row's values and the schema it is typed by must match column for column: a count that differs is
+    # an error, never values shifted into the wrong columns
+    checked = F.when(F.size(vals) == n, vals).when(vals.isNotNull(), F.raise_error(F.concat(
+        F.lit(f"a change row of {schema.name} holds "), F.size(vals).cast("string"),
+        F.lit(f" values; its schema has {n} columns"))))
+    parsed = changes.withColumn("__v", checked).withColumn("__r", F.when(vals.isNull(), by_name))
+    return _typed(parsed, schema, [F.when(F.col("__v").isNotNull(), F.col("__v")[i]).otherwise(F.col("__r").getField(c.name))
+                                   for i, c in enumerate(schema.columns)])
 
 
 def typed_flat(changes: DataFrame, schema: TableSchema) -> DataFrame:

@@ -331,7 +331,7 @@ def _query(event: Any) -> str:
 
 class RowEvent:
     """A row event of a wanted table, its rows not decoded yet (`read_changes(whole_events=True)`): the
-    reader takes them straight to text where it can (`native_rows`, binlake.source.rowtext) and as
+    reader takes them straight to text where it can (`native_values`, binlake.source.rowtext) and as
     `RowChange`s otherwise (`changes`). Either before it reads the next item: the event's bytes are
     the replication connection's current packet."""
 
@@ -348,18 +348,19 @@ class RowEvent:
     def shape(self) -> tuple[Any, ...]:
         return self.fast.shape(self.event.columns)
 
-    def native_rows(self, plan: Any) -> list[tuple[str | None, str]] | None:
-        """The rows' texts under `plan` (binlake.source.rowtext.Plan.rows), or None, the event then
+    def native_values(self, plan: Any, values: Any) -> list[bool] | None:
+        """The rows' texts appended to `values` (binlake.source.rowtext: `Plan.append`, whose answer this
+        is: per row, whether an update changed its key), or None with nothing appended, the event then
         left whole for `changes`: a minimal image, or a value the plan does not read."""
         event = self.event
         if not event.complete or not self.fast.full_images(event, self.op == "u"):
             return None
         packet = event.packet
         data = packet.read(event.event_size - packet.read_bytes)
-        rows = plan.rows(data, self.op == "u")
-        if rows is None:
+        changed = plan.append(data, self.op == "u", values)
+        if changed is None:
             packet.unread(data)
-        return rows  # type: ignore[no-any-return]
+        return changed  # type: ignore[no-any-return]
 
 
 def _rows(event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder) -> Iterator[RowChange]:

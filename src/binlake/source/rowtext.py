@@ -1,13 +1,14 @@
-"""Row images straight to bronze's `_row` text, natively: the `native/rowtext` extension.
+"""Row images straight to the change rows' `_vals` (each captured column's encoded text, in column order),
+natively: the `native/rowtext` extension.
 
-The Python path decodes a row event's images into Python values (`rowcodec`), encodes each value
-(`schema.Column.encode`) and writes the JSON text; most of a stream's CPU goes there. For a table shape
-whose every column it knows, the extension reads the event's bytes and writes the same text itself, one
-`Plan` per table shape and schema version:
+The Python path decodes a row event's images into Python values (`rowcodec`) and encodes each value
+(`schema.Column.encode`); most of a stream's CPU goes there. For a table shape whose every column it
+knows, the extension reads the event's bytes and writes the same texts itself, one `Plan` per table
+shape and schema version, straight into the buffers of the Arrow column Spark receives (`RowValues`):
 
     table map: id INT, name VARCHAR(20) utf8mb4, born DATE     schema: id, name, born (born not a key)
     plan:      ("int", 4, 1, "plain"), ("bytes", 1, 0, "text"), ("date", 0, 0, "temporal", 0)
-    row bytes: 00 | 2a 00 00 00 | 03 'A' 'n' 'n' | 21 b7 0f   ->  {"id": "42", "name": "Ann", "born": "1985-09-01"}
+    row bytes: 00 | 2a 00 00 00 | 03 'A' 'n' 'n' | 21 b7 0f   ->  ["42", "Ann", "1985-09-01"]
 
 It gives exactly what the Python path gives (tests/unit/test_rowtext.py compares the two value for
 value over every type it takes, and the type and character-set tests run both). Where it is not
@@ -16,8 +17,9 @@ False and everything takes the Python path. MySQL's JSON, BIT, spatial types, VE
 multi-byte sets other than UTF-8 are read natively and written by binlake's Python encoding of their
 bytes, value by value; the rest of their row stays native. A shape with a column it does not take
 (TIME, a FLOAT or DOUBLE key, a type it does not know) has no plan, and a value it cannot read (an
-invalid date, bytes that are not UTF-8, a Python encoding that raises) makes `rows` answer None: that
-event then takes the Python path, which decodes it, or refuses it in one line, as before.
+invalid date, bytes that are not UTF-8, a Python encoding that raises) makes `append` answer None, with
+nothing appended: that event then takes the Python path, which decodes it, or refuses it in one line,
+as before.
 """
 
 from __future__ import annotations
@@ -170,3 +172,38 @@ class Plans:
             self._schemas[id(schema)] = schema
             self._plans[key] = compile_plan(schema, columns)
         return self._plans[key]
+
+
+class RowValues:
+    """The change rows' `_vals`, in the order the rows are made: the encoded texts of a data row's
+    columns, or none (a schema marker, a batch's trailer). Built natively where the extension is (a plan
+    appends an event's rows straight into its buffers), else as Python lists; `take` hands the first
+    rows over as an Arrow `list<string>` array."""
+
+    def __init__(self) -> None:
+        self.native = _rowtext.Values() if _rowtext is not None else None
+        self._rows: list[list[str | None] | None] = []
+        self._bytes = 0
+
+    def push(self, row: list[str | None] | None) -> None:
+        if self.native is not None:
+            self.native.push(row)
+            return
+        self._rows.append(row)
+        self._bytes += sum(len(v) for v in row if v is not None) if row else 0
+
+    def nbytes(self) -> int:
+        return self.native.nbytes() if self.native is not None else self._bytes
+
+    def take(self, k: int) -> Any:
+        import pyarrow as pa  # deferred: status and check never load it
+
+        if self.native is None:
+            rows, self._rows = self._rows[:k], self._rows[k:]
+            self._bytes = sum(len(v) for r in self._rows if r for v in r if v is not None)
+            return pa.array(rows, pa.list_(pa.string()))
+        n, valid, offsets, data, nulls, row_valid, row_offsets, null_rows = self.native.take(k)
+        texts = pa.Array.from_buffers(pa.string(), n, [pa.py_buffer(b) for b in (valid, offsets, data)],
+                                      null_count=nulls)
+        return pa.Array.from_buffers(pa.list_(pa.string()), k, [pa.py_buffer(b) for b in (row_valid, row_offsets)],
+                                     null_count=null_rows, children=[texts])

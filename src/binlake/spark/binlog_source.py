@@ -2,7 +2,9 @@
 row changes of the captured tables between two of them, handed to Spark as Arrow batches of
 bronze's flat change rows. It translates Spark's calls into calls on binlog_reader, handover (with the
 rules of a batch's range: binlake.capture.handover) and failover; the snapshot source is
-`binlake.spark.sources`, the batches' shape `binlake.spark.batches`.
+`binlake.spark.sources`, the batches' shape `binlake.spark.batches`. A data row's values come in `_vals`
+(its columns' encoded texts, in the order of the schema version it was read under); `_row` carries the
+JSON of a schema marker or of a batch's trailer.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from binlake.source.dialect import Dialect, binlog_head
 from binlake.source.gtids import Seen
 from binlake.source.identity import Lineage, Watch, moved
 from binlake.source.reconnect import retrying
-from binlake.source.rowtext import Plans
+from binlake.source.rowtext import Plans, RowValues
 from binlake.source.schema_changes import Guard
 from binlake.spark.batches import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
 from binlake.splits import Split
@@ -163,10 +165,11 @@ class BinlogReader(DataSourceStreamReader):
                 seen=seen, whole_events=True,
             )
             evolver = _evolver(self.job, schemas, splits, start, guard, conn)
-            rows = _rows(changes, schemas, handover, guard, evolver, skip)
+            values = RowValues()
+            rows = _rows(changes, schemas, handover, guard, evolver, skip, values)
             if seen is not None:  # the GTIDs this batch passed, for the driver's record (capture.micro_batch)
-                rows = _trailed(rows, partition, seen)
-            yield from _batches(rows)
+                rows = _trailed(rows, partition, seen, values)
+            yield from _batches(rows, values)
         finally:
             conn.close()
 
@@ -179,19 +182,20 @@ Row = tuple[Any, ...]  # one flat change row: the meta columns (spark.batches.me
 
 
 def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard: Any, evolver: Any,
-          skip: Skip) -> Iterator[Row]:
-    """The batch's flat change rows: each row change the handover emits as JSON, a schema version
-    marker where the evolver follows a change, and a stop (SchemaChangedError) where the guard judges
-    one, before any row of the changed table is handed over."""
+          skip: Skip, values: RowValues) -> Iterator[Row]:
+    """The batch's flat change rows: each row change the handover emits (its values pushed to `values`
+    as it is yielded, one `values` row per row), a schema version marker where the evolver follows a
+    change, and a stop (SchemaChangedError) where the guard judges one, before any row of the changed
+    table is handed over."""
     encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
     plans = Plans()
-    dumps = json.JSONEncoder(ensure_ascii=False).encode
     for change in changes:
         if not isinstance(change, (RowEvent, RowChange)):
             version = evolver.follow(change) if evolver is not None else False
             if version is False:
                 _judge(guard, evolver, change)
             elif version is not None:
+                values.push(None)
                 yield (version.table, "s", decimal.Decimal(version.seq), None, version.at.file, version.at.pos,
                        None, None, None, marker_row(version))
             continue
@@ -200,12 +204,12 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
         schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
         each: Iterator[Any] = iter((change,))
         if isinstance(change, RowEvent):  # a whole row event: natively to text where it can be
-            texts = None
+            changed = None
             if handover.emits_all(change.table, change.at):
                 plan = plans.plan(schema, change.event.columns, change.shape())
-                texts = change.native_rows(plan) if plan is not None else None
-            if texts is not None:
-                yield from _native(change, texts)
+                changed = change.native_values(plan, values.native) if plan is not None else None
+            if changed is not None:
+                yield from _native(change, changed)
                 continue
             each = change.changes()
         encode = encoders.get(id(schema))
@@ -216,53 +220,61 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
                 if not handover.should_emit(part):
                     continue
                 try:
-                    text = dumps(encode(part.image))
+                    encoded = encode(part.image)
                 except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
                     raise schema.unconvertible(part.image, exc, "batch") from None
+                values.push(encoded)
                 yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
-                       None, None, text)
+                       None, None, None)
 
 
-def _native(event: RowEvent, texts: list[tuple[str | None, str]]) -> Iterator[Row]:
-    """The flat change rows of a row event its plan took: an update that changed the key is a delete of
-    the old key and an insert of the new one (`split_key_change`), each row in its slot."""
+def _native(event: RowEvent, changed: list[bool]) -> Iterator[Row]:
+    """The flat change rows of a row event its plan appended to the values (an update that changed the
+    key: a delete of the old key and an insert of the new one, as `split_key_change` makes them), each
+    row in its slot."""
     table, ts, at, gtid, op = event.table, event.ts, event.at, event.gtid, event.op
     base = event_seq(at.file, at.pos, 0, at.epoch)
-    for i, (before, text) in enumerate(texts):
-        if before is None:
-            yield (table, op, decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, text)
+    for i, split in enumerate(changed):
+        if not split:
+            yield (table, op, decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, None)
         else:
-            yield (table, "d", decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, before)
-            yield (table, "c", decimal.Decimal(base + row_slot(i, True)), ts, at.file, at.pos, gtid, None, None,
-                   text)
+            yield (table, "d", decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, None)
+            yield (table, "c", decimal.Decimal(base + row_slot(i, True)), ts, at.file, at.pos, gtid, None, None, None)
 
 
-def _trailed(rows: Iterator[Row], partition: BinlogRange, seen: Any) -> Iterator[Row]:
+def _trailed(rows: Iterator[Row], partition: BinlogRange, seen: Any, values: RowValues) -> Iterator[Row]:
     """The rows, then a trailer with the GTIDs the batch passed (known once they are all read)."""
     yield from rows
+    values.push(None)
     yield ("", "g", None, None, None, None, None, None, None, json.dumps(
         {"start": partition.start, "end": partition.end, "gtids": seen.text(), "complete": seen.complete}))
 
 
-def _batches(rows: Iterator[Row]) -> Iterator[Any]:
-    """Arrow batches of at most BATCH_ROWS rows and about BATCH_BYTES of row text."""
+def _batches(rows: Iterator[Row], values: RowValues) -> Iterator[Any]:
+    """Arrow batches of at most BATCH_ROWS rows and about BATCH_BYTES of values."""
     import pyarrow as pa
 
     fields = meta_fields() + [("_row", pa.string())]
     batch: list[Row] = []
-    size = 0
     for row in rows:
         batch.append(row)
-        size += len(row[-1] or "")
-        if len(batch) >= BATCH_ROWS or size >= BATCH_BYTES:
-            yield arrow_batch(fields, [list(c) for c in zip(*batch)])
-            batch, size = [], 0
+        if len(batch) >= BATCH_ROWS or values.nbytes() >= BATCH_BYTES:
+            yield _batch(fields, batch, values)
+            batch = []
             # a batch may end inside a multi-row event: harmless, since the micro-batch's offsets
             # (server heads, at transaction boundaries) never do, and a replayed micro-batch reads the
             # whole event again, each row in its slot
             faults.point("binlog_batch_handed", row[0])
     if batch:
-        yield arrow_batch(fields, [list(c) for c in zip(*batch)])
+        yield _batch(fields, batch, values)
+
+
+def _batch(fields: list[tuple[str, Any]], rows: list[Row], values: RowValues) -> Any:
+    """One Arrow batch of `rows`, with their `_vals` taken from `values`."""
+    import pyarrow as pa
+
+    meta = arrow_batch(fields, [list(c) for c in zip(*rows)])
+    return pa.RecordBatch.from_arrays([*meta.columns, values.take(len(rows))], names=[*meta.schema.names, "_vals"])
 
 
 def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None) -> tuple[str, bool]:
