@@ -105,18 +105,15 @@ class MicroBatch:
         replay = held is not None and held >= row["oldest"]
         if not replay and (took := self.land_arrow(schema, typed, row)) is not None:
             return took
-        # bronze and silver both read the typed rows: parsed from their JSON text once, kept till both wrote
-        typed = typed.persist()
-        try:
-            bronze.append_batch(typed.where(F.col("_seq") > F.lit(held)) if replay else typed, b)
-            # silver only after bronze has committed: a plain append to silver counts on it
-            faults.point("mid_stream", name)
-            bronze_s = time.monotonic() - t
-            t = time.monotonic()
-            silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
-                         bronze_may_be_newer=replay, inserts_only=not row["others"], shape=ctx.shape)
-        finally:
-            typed.unpersist()
+        # bronze and silver each type the batch's rows again from `whole` (cached): casts by position,
+        # cheaper than caching the typed rows (on 500,000 changes, bronze 6.8 s instead of 11)
+        bronze.append_batch(typed.where(F.col("_seq") > F.lit(held)) if replay else typed, b)
+        # silver only after bronze has committed: a plain append to silver counts on it
+        faults.point("mid_stream", name)
+        bronze_s = time.monotonic() - t
+        t = time.monotonic()
+        silver.apply(spark, schema, typed, ctx.target.silver(name).location, b, oldest=row["oldest"],
+                     bronze_may_be_newer=replay, inserts_only=not row["others"], shape=ctx.shape)
         return bronze_s, time.monotonic() - t
 
     def land_arrow(self, schema: TableSchema, typed: Any, row: Any) -> tuple[float, float] | None:

@@ -4,11 +4,12 @@ for each status it reaches (see `splits.newest`). Appends are cheap and never co
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from binlake.lake import storage
+from binlake.lake import arrow_commit, storage
 from binlake.lake.target import CHECKPOINT_INTERVAL
 from binlake.splits import STATUS_RANK, Split, newest
 
@@ -74,6 +75,8 @@ def load(spark: SparkSession, path: str, group_size: int, tables: list[str] | No
          groups: list[int] | None = None) -> dict[str, list[Split]]:
     """Splits by table, in chunk order, each in its newest status: all of them, or those of `groups`
     (the snapshot loads a window of groups at a time, never a whole huge table's splits)."""
+    if arrow_commit.readable(path):
+        return newest(_read_here(path, tables, groups), group_size)
     if not _exists(spark, path):
         return {}
     df = spark.read.format("delta").load(path)
@@ -82,6 +85,22 @@ def load(spark: SparkSession, path: str, group_size: int, tables: list[str] | No
     if groups is not None:
         df = df.where(F.col("group_id").isin([int(g) for g in groups]))
     return newest((r.asDict() for r in df.collect()), group_size)
+
+
+def _read_here(path: str, tables: list[str] | None, groups: list[int] | None) -> list[dict[str, Any]]:
+    """`load`'s rows of a local split state, read by delta-rs: a stream's start asks for them before
+    anything else in the lake, and a first Spark read of a Delta table costs a fresh JVM about 8 s."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    where = []
+    if tables is not None:
+        where.append('"table" IN (' + (", ".join("'" + t.replace("'", "''") + "'" for t in tables) or "NULL") + ")")
+    if groups is not None:
+        where.append("group_id IN (" + (", ".join(str(int(g)) for g in groups) or "NULL") + ")")
+    query = "SELECT * FROM splits" + (" WHERE " + " AND ".join(where) if where else "")
+    rows = pa.table(QueryBuilder().register("splits", DeltaTable(path)).execute(query).read_all())
+    return rows.to_pylist()  # type: ignore[no-any-return]
 
 
 def _chunk_ranks(spark: SparkSession, path: str, tables: list[str] | None) -> DataFrame:
