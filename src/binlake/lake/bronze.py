@@ -98,10 +98,8 @@ def typed(changes: DataFrame, schema: TableSchema) -> DataFrame:
     payload = T.StructType([T.StructField(c.name, T.StringType()) for c in schema.columns])
     # Jackson refuses strings over 20 M characters (a 15 MB BLOB in base64) and from_json would
     # quietly give NULLs; FAILFAST turns any malformed row into an error instead of a NULL row
+    # (never `changes.columns` here: a pipeline builds this frame where analysing it is refused)
     by_name = F.from_json("_row", payload, JSON_OPTIONS)
-    if "_vals" not in changes.columns:
-        parsed = changes.withColumn("__r", by_name)
-        return _typed(parsed, schema, [F.col("__r").getField(c.name) for c in schema.columns])
     vals, n = F.col("_vals"), len(schema.columns)
     # a row's values and the schema it is typed by must match column for column: a count that differs is
     # an error, never values shifted into the wrong columns
