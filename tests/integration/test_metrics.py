@@ -167,7 +167,12 @@ def test_metrics_of_a_run_its_status_and_its_last_error(dev_db, database, tmp_pa
         assert 0 < (sample(got, "binlake_micro_batch_duration_seconds_sum") or 0) < 300
         assert time.time() - 300 < (sample(got, "binlake_last_micro_batch_timestamp_seconds") or 0) <= time.time()
         assert sample(got, "binlake_rows_captured_total", table=names["b"], phase="stream") in (None, 0)
-        got = until("the stream to catch up again", caught_up, running)
+        until("the stream to catch up again", caught_up, running)
+        time.sleep(4)  # idle: no batch for seconds, yet each trigger finds the head reached
+        idle = scrape(mport)
+        assert idle is not None
+        lags = [sample(idle, "binlake_seconds_behind_source", table=n) for n in names.values()]
+        assert all(lag is not None and lag <= 1.5 for lag in lags), lags
 
         # 4. a change the stream must not follow (stream.schema-changes: fail) ends the run
         with connect(port, database) as conn, conn.cursor() as cur:

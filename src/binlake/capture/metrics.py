@@ -164,7 +164,7 @@ def looked(query: Any) -> None:
     if _served:
         try:
             found = bool(query.status.get("isDataAvailable"))
-        except Exception:  # the query ending under us: the next look or the end says so
+        except Exception:  # noqa: BLE001 - the query ending under us (py4j's error): the next look or its end says so
             return
         _metrics.behind.looked(found)
 
@@ -193,7 +193,7 @@ def error(exc: BaseException) -> None:
               "exit_code": raised.exit_code if raised is not None else 1}
     try:
         _metrics.error_file.write_text(json.dumps(record))
-    except Exception as failed:  # never in the way of the error itself
+    except Exception as failed:  # noqa: BLE001 - a lake unreachable too: never in the way of the error itself
         log.warning("could not keep the last error in %s (%s)", _metrics.error_file, type(failed).__name__)
 
 
