@@ -148,3 +148,34 @@ def test_the_error_that_ends_a_run_is_counted_once_and_kept_without_secrets(tmp_
         raise SparkLike("Py4JJavaError ... binlake.errors.RuntimeFailure: lost the source 127.0.0.1:1")
     assert json.loads(kept.read_text())["kind"] == RuntimeFailure.__name__
     assert json.loads(kept.read_text())["message"] == "lost the source 127.0.0.1:1"
+
+
+def test_status_text_shows_the_last_batch_and_the_last_error() -> None:
+    from binlake.commands.status import render
+
+    report = {"source": {"reachable": True, "stored": None, "now": "mariadb 10.11 (server_id 1)", "history": None},
+              "stream": {"position": "mysql-bin.000002:910", "last_batch_at": 0.0 + 86400,
+                         "last_batch": {"id": 7, "rows": 45, "seconds": 1.234}},
+              "tables": [],
+              "last_error": {"kind": "SchemaChangedError", "message": "captured table db.t changed; ...",
+                             "at": 2 * 86400.0, "exit_code": 1}}
+    lines = render(report).splitlines()
+    assert lines[1] == ("stream: at mysql-bin.000002:910, last batch committed 1970-01-02 00:00:00 UTC "
+                        "(45 changes in 1.2s)")
+    assert lines[-1] == "last error (SchemaChangedError, 1970-01-03 00:00:00 UTC): captured table db.t changed; ..."
+
+
+class Query:
+    def __init__(self, message: str, data: bool) -> None:
+        self.status = {"message": message, "isDataAvailable": data, "isTriggerActive": False}
+
+
+def test_a_query_is_caught_up_once_a_trigger_found_nothing_new(tmp_path: Path) -> None:
+    with metrics.serving(cfg(tmp_path, free_port())) as served:
+        served.behind.streaming(["db.t"], covered_at=time.time() - 30)
+        metrics.looked(Query("Initializing sources", False))  # no trigger yet: it has not looked
+        assert (served.behind.seconds() or 0) >= 30
+        metrics.looked(Query("Waiting for next trigger", False))
+        assert served.behind.seconds() == 0.0
+        metrics.looked(Query("Processing new data", True))
+        assert (served.behind.seconds() or 0) >= 30

@@ -161,12 +161,15 @@ def batch(changes: dict[str, int], began: float) -> None:
 
 def looked(query: Any) -> None:
     """What the running query's last trigger found: new data to read, or nothing (caught up)."""
-    if _served:
-        try:
-            found = bool(query.status.get("isDataAvailable"))
-        except Exception:  # noqa: BLE001 - the query ending under us (py4j's error): the next look or its end says so
-            return
-        _metrics.behind.looked(found)
+    if not _served:
+        return
+    try:
+        status = query.status
+    except Exception:  # noqa: BLE001 - the query ending under us (py4j's error): the next look or its end says so
+        return
+    # before its first trigger a query says "Initializing ..." with no data available: it has not looked yet
+    if not str(status.get("message", "")).startswith("Initializing"):
+        _metrics.behind.looked(bool(status.get("isDataAvailable")))
 
 
 def error(exc: BaseException) -> None:
