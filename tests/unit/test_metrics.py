@@ -179,3 +179,10 @@ def test_a_query_is_caught_up_once_a_trigger_found_nothing_new(tmp_path: Path) -
         assert served.behind.seconds() == 0.0
         metrics.looked(Query("Processing new data", True))
         assert (served.behind.seconds() or 0) >= 30
+
+
+def test_a_lake_behind_a_uri_is_read_for_the_kept_error_once_spark_runs(tmp_path: Path) -> None:
+    # no Spark session at the start of a run: the kept error is looked for when the stream starts
+    uri = config.load(None, ["target.path=s3a://bucket/lake", f"metrics.port={free_port()}"], env={})
+    with metrics.serving(uri) as served:
+        assert served.kept_shown is False  # and the run goes on

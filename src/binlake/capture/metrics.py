@@ -113,7 +113,10 @@ class Metrics:
         self.last_error = Gauge("binlake_last_error_timestamp_seconds", "When the last error was met (Unix "
                                 "seconds), labelled with its kind; an earlier run's until this one meets one",
                                 ["kind"], registry=r)
+        self.cfg: Config | None = None  # the run's, while `serving`
         self.error_file: Location | None = None
+        self.kept_shown = False  # the error an earlier run kept is served (or there is none)
+        self.met_error = False  # this process met an error (see `error`)
         self.secret = ""
 
     def show_error(self, kind: str, at: float) -> None:
@@ -144,6 +147,7 @@ def streaming(tables: list[str], progress: Location) -> None:
     except (OSError, ValueError):
         head_at = None
     _metrics.behind.streaming(tables, head_at)
+    _show_kept()
 
 
 def batch(changes: dict[str, int], began: float) -> None:
@@ -185,12 +189,13 @@ def error(exc: BaseException) -> None:
     kind = type(raised or exc).__name__
     at = time.time()
     _metrics.errors.labels(kind=kind).inc()
+    _metrics.met_error = True
     _metrics.show_error(kind, at)
     if _metrics.error_file is None:
         return
     # a binlake error is one line without secrets; another's text may carry anything (a JVM's trace)
     message = raised.message if raised is not None else f"an unexpected {kind}; its trace is in the log"
-    if _metrics.secret:
+    if len(_metrics.secret) >= 4:  # a shorter one would mask letters of every message
         message = message.replace(_metrics.secret, MASK)
     record = {"kind": kind, "message": message, "at": at,
               "exit_code": raised.exit_code if raised is not None else 1}
@@ -209,6 +214,20 @@ def last_error(target: Target) -> dict[str, Any] | None:
         return None
 
 
+def _show_kept() -> None:
+    """Serve the last error an earlier run kept, once the lake can be read: a lake behind a URI is
+    read through Spark (binlake.lake.storage), which a run starts after the metrics."""
+    if _metrics.error_file is None or _metrics.kept_shown:
+        return
+    try:
+        kept = last_error(Target.of(_metrics.cfg)) if _metrics.cfg is not None else None
+    except BinlakeError:  # no Spark session yet: `streaming` looks again
+        return
+    _metrics.kept_shown = True
+    if kept is not None and not _metrics.met_error:  # this run's own is the last
+        _metrics.show_error(str(kept.get("kind")), float(kept.get("at") or 0))
+
+
 def render() -> bytes:
     """The figures in Prometheus's text format, as served."""
     return generate_latest(_metrics.registry)
@@ -221,11 +240,9 @@ def serving(cfg: Config) -> Iterator[Metrics]:
     once, in one line naming the setting."""
     global _metrics, _served
     _metrics = Metrics()
-    target = Target.of(cfg)
-    _metrics.error_file, _metrics.secret = target.last_error, str(cfg.get("source.password") or "")
-    kept = last_error(target)
-    if kept is not None:
-        _metrics.show_error(str(kept.get("kind")), float(kept.get("at") or 0))
+    _metrics.cfg, _metrics.error_file = cfg, Target.of(cfg).last_error
+    _metrics.secret = str(cfg.get("source.password") or "")
+    _show_kept()
     server = _start(cfg, _metrics)
     _served = server is not None
     try:
