@@ -12,6 +12,7 @@ from typing import Callable
 
 from binlake import __version__, stop
 from binlake import config as config_mod
+from binlake.capture import metrics
 from binlake.capture.context import Context
 from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
@@ -95,7 +96,9 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
     binlog_types.check_version()
     stop.install()
-    stream(_load(args), until_caught_up=args.until_caught_up)
+    cfg = _load(args)
+    with metrics.serving(cfg):
+        stream(cfg, until_caught_up=args.until_caught_up)
     return 0
 
 
@@ -104,7 +107,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     binlog_types.check_version()
     stop.install()
-    run(_load(args), until_caught_up=args.until_caught_up)
+    cfg = _load(args)
+    with metrics.serving(cfg):
+        run(cfg, until_caught_up=args.until_caught_up)
     return 0
 
 

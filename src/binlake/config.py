@@ -119,6 +119,12 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
                     "from `__START_AT` (its change's `_seq`) to `__END_AT` (the next change's; NULL while "
                     "current), as Databricks AUTO CDC's SCD type 2"),
     },
+    "metrics": {
+        "port": (WHOLE, 0, "port on which `binlake run` and `binlake stream` serve their metrics in Prometheus's text "
+                 "format (`/metrics`); `0`: no metrics served"),
+        "host": (TEXT, "127.0.0.1", "address the metrics are served on: `127.0.0.1` (this machine only), `0.0.0.0` "
+                 "(every interface), or another of the machine's addresses"),
+    },
     "databricks": {
         "secret-scope": (OPTIONAL_TEXT, None, "secret scope holding the source password"),
         "secret-key": (OPTIONAL_TEXT, None, "secret key of the source password"),
@@ -336,6 +342,9 @@ def load(
     if cfg.get("source.reconnect-timeout") < 0:
         raise ConfigError(f"source.reconnect-timeout is {cfg.get('source.reconnect-timeout')}; binlake needs "
                           "0 (no reconnecting) or more seconds: fix source.reconnect-timeout")
+    if not 0 <= cfg.get("metrics.port") <= 65535:
+        raise ConfigError(f"metrics.port is {cfg.get('metrics.port')}; binlake needs 0 (no metrics) or a port from 1 "
+                          "to 65535: fix metrics.port")
     tls = Tls.of(cfg.connection()).problem()
     if tls:
         raise ConfigError(tls)

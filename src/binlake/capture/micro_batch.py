@@ -19,6 +19,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from binlake import faults, stop
+from binlake.capture import metrics
 from binlake.capture.context import Context
 from binlake.capture.failover import GtidRecord
 from binlake.errors import RuntimeFailure
@@ -75,8 +76,10 @@ class MicroBatch:
             bronze_s, silver_s = sum(b for b, _ in times), sum(s for _, s in times)
             for trailer in whole.where(F.col("_op") == "g").select("_row").collect():
                 self.gtids.advance(json.loads(trailer["_row"]))  # before the batch commits
+            changes = {r["_table"]: int(r["n"]) - int(r["marks"]) for r in seen}  # not the schema marks
             write_progress(self.ctx.target.stream_progress, batch_id,
-                           {r["_table"]: (int(r["n"]), r["ts"]) for r in seen}, began)
+                           {r["_table"]: (changes[r["_table"]], r["ts"]) for r in seen}, began)
+            metrics.batch(changes, began)
             log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
                      {r["_table"]: int(r["n"]) for r in seen}, read_s, bronze_s, silver_s)
             faults.point("after_batch", str(batch_id))

@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from binlake.capture import metrics
+
 log = logging.getLogger(__name__)
 
 # seconds between two plain lines off a terminal
@@ -56,11 +58,14 @@ class Progress:
         self.shown: float | None = None
         self.lock = threading.Lock()
         self.bar: Any = None
+        for table, planned in self.totals.items():
+            metrics.chunks(table, planned, self.done.get(table, 0))
 
     def expect(self, table: str, chunks: int) -> None:
         """`table` has `chunks` more chunks to read (planned while the snapshot runs)."""
         with self.lock:
             self.totals[table] = self.totals.get(table, 0) + chunks
+            metrics.chunks(table, self.totals[table], self.done.get(table, 0))
             if self.bar is not None:
                 self.bar.total = sum(self.totals.values())
                 self.bar.refresh()
@@ -70,6 +75,8 @@ class Progress:
         with self.lock:
             self.done[table] = self.done.get(table, 0) + chunks
             self.rows[table] = self.rows.get(table, 0) + rows
+            metrics.chunks(table, self.totals.get(table, 0), self.done[table])
+            metrics.snapshot_rows(table, rows)
             if self.tty:
                 self._draw(chunks)
             elif self.shown is None or self.clock() - self.shown >= self.interval:

@@ -5,7 +5,7 @@ idempotently, so a run may be cut short at any point and started again.
 
 from __future__ import annotations
 
-from binlake.capture import resnapshot
+from binlake.capture import metrics, resnapshot
 from binlake.capture.context import Context
 from binlake.capture.plan import plan
 from binlake.capture.snapshot import Reading, snapshot
@@ -39,7 +39,9 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
                 changed = exc if isinstance(exc, SchemaChangedError) else raised_in_spark(exc)
                 if not isinstance(changed, SchemaChangedError):
                     raise
-                resnapshot.after_change(ctx, SnapshotChangedError(changed.message), done)
+                again = SnapshotChangedError(changed.message)
+                metrics.error(again)  # one the run recovers from: counted, kept as the last error
+                resnapshot.after_change(ctx, again, done)
     if mode != "snapshot":
         stream(cfg, until_caught_up, ctx)
 

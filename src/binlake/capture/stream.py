@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any
 
-from binlake.capture import failover, resnapshot
+from binlake.capture import failover, metrics, resnapshot
 from binlake.capture.context import Context
 from binlake.capture.plan import plan
 from binlake.capture.snapshot import snapshot
@@ -59,8 +59,10 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
         except NewTableError as new:
             capture_new_tables(ctx, new)
         except SchemaChangedError as changed:
+            metrics.error(changed)  # one the stream recovers from: counted, kept as the last error
             resnapshot.after_change(ctx, changed, resnapshots)
         except SourceChangedError as changed:
+            metrics.error(changed)
             attempt += 1
             if checked:  # met while streaming: the check before the next start fails over, or refuses
                 ctx.forget_lineage()
@@ -71,6 +73,7 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
                         changed.message.split(";")[0], ", ".join(ctx.schemas()))
             resnapshot.everything(ctx)
         except PositionGoneError as gone:
+            metrics.error(gone)
             attempt += 1
             if cfg.get("stream.on-purged") != "resnapshot" or cfg.get("stream.startup-mode") != "initial":
                 raise

@@ -15,6 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from binlake import stop
+from binlake.capture import metrics
 from binlake.capture.context import Context, current_position
 from binlake.capture.failover import GtidRecord, state_at
 from binlake.capture.micro_batch import MicroBatch
@@ -92,6 +93,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     reader = reader.observe(PROGRESS_METRICS, F.count_if(F.col("_op") != "g").alias("changes"),
                             F.max("_ts").alias("last_event_ts"), F.min("_ts").alias("first_event_ts"))
     writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
+    metrics.streaming(list(schemas), ctx.target.stream_progress)
     _drive(ctx, writer, start, target)
 
 
@@ -146,10 +148,12 @@ def _drive(ctx: Context, writer: Any, start: BinlogPosition, target: BinlogPosit
                 if (done is not None and done >= target) or start >= target:
                     break
                 _await(query, 0.2)
+                metrics.looked(query)
         else:
             query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
             while query.isActive and not stop.asked():
                 _await(query, 1)
+                metrics.looked(query)
         if stop.asked():
             _stop_between_batches(query)
             raise stop.stopped()

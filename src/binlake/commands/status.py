@@ -18,6 +18,7 @@ from typing import Any
 
 import pymysql
 
+from binlake.capture import metrics
 from binlake.capture.context import Context
 from binlake.config import Config
 from binlake.errors import BinlakeError
@@ -91,8 +92,10 @@ def status(cfg: Config) -> dict[str, Any]:
     tables = _tables(ctx, position, progress, seen)
     return {
         "source": _source(ctx, lineage, seen),
-        "stream": {"position": str(position) if position else None, "last_batch_at": progress.get("updated")},
+        "stream": {"position": str(position) if position else None, "last_batch_at": progress.get("updated"),
+                   "last_batch": progress.get("last_batch")},
         "tables": tables,
+        "last_error": metrics.last_error(ctx.target),
     }
 
 
@@ -126,6 +129,9 @@ def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, A
             "phase": phase,
             "chunks": {"planned": len(ss), "done": len(done)},
             "rows": rows,
+            # rows captured since the capture began: the snapshot's rows read, the stream's changes landed
+            "captured": {"snapshot": sum(s.rows or 0 for s in done),
+                         "stream": int(progress.get("tables", {}).get(name, {}).get("rows", 0))},
             "bronze": ctx.target.bronze(name).to_dict(),
             "silver": silver.to_dict(),
             "binlog": {"position": str(position) if position else None,
@@ -191,7 +197,9 @@ def render(report: dict[str, Any]) -> str:
         lines = [f"source: positions stored from {src['stored']}; source.hostname is now {src['now']}: {src['history']}"]
     if stream["last_batch_at"]:
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stream["last_batch_at"]))
-        lines.append(f"stream: at {stream['position'] or '-'}, last batch committed {at}")
+        last = stream.get("last_batch") or {}
+        took = f" ({last['rows']} changes in {last['seconds']:.1f}s)" if last else ""
+        lines.append(f"stream: at {stream['position'] or '-'}, last batch committed {at}{took}")
     if not report["tables"]:
         lines.append("no captured table yet")
     for t in report["tables"]:
@@ -201,4 +209,8 @@ def render(report: dict[str, Any]) -> str:
             f"{t['source']}: {t['phase']}, chunks {t['chunks']['done']}/{t['chunks']['planned']}, rows {t['rows']}, "
             f"binlog {b['position'] or '-'} (lag {lag})\n  bronze {t['bronze']['location']}\n  silver {t['silver']['location']}"
         )
+    failed = report.get("last_error")
+    if failed:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(failed["at"]))
+        lines.append(f"last error ({failed['kind']}, {at}): {failed['message']}")
     return "\n".join(lines)

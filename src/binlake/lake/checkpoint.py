@@ -51,13 +51,16 @@ def committed_offset(checkpoint: Location | str) -> BinlogPosition | None:
 def write_progress(path: Location, batch_id: int, tables: dict[str, tuple[int, Any]], began: float) -> None:
     """Rows and newest event per table, and `head_at`: the wall time this batch began. Every batch
     ends at the head the server had when Spark planned it, just before: once the batch commits, the
-    stream holds every change the source had at about that time, for idle tables too."""
+    stream holds every change the source had at about that time, for idle tables too. `batch`: this
+    batch's changes and the seconds it took so far (all but its commit to the checkpoint)."""
     old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"tables": {}}
     for name, (n, ts) in tables.items():
         t = old["tables"].setdefault(name, {"rows": 0})
         t["rows"] = int(t.get("rows", 0)) + n
         t["last_event"] = int(ts) if ts is not None else t.get("last_event")
     old["batch"] = batch_id
+    old["last_batch"] = {"id": batch_id, "rows": sum(n for n, _ in tables.values()),
+                         "seconds": round(time.monotonic() - began, 3)}
     old["head_at"] = time.time() - (time.monotonic() - began)
     old["updated"] = time.time()
     path.write_text(json.dumps(old))

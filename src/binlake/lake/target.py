@@ -113,6 +113,11 @@ class Target:
         return self._file("stream.json")
 
     @property
+    def last_error(self) -> Location:
+        """The last error a run met (binlake.capture.metrics)."""
+        return self._file("error.json")
+
+    @property
     def checkpoint_files(self) -> Location:
         """The stream checkpoint's folder, for binlake's own reads of it (binlake.lake.checkpoint)."""
         return self.storage(self.checkpoint)
