@@ -25,6 +25,7 @@ def reader(source: Source, database: str, table: str) -> Callable[[tuple[str, in
     from binlake.offsets import BinlogPosition
     from binlake.source.binlog_reader import read_changes
     from binlake.source.catalog import load_schema
+    from binlake.source.rowtext import RowValues
     from binlake.spark.binlog_source import _batches, _rows
 
     with source.connect() as conn:
@@ -39,8 +40,9 @@ def reader(source: Source, database: str, table: str) -> Callable[[tuple[str, in
                                lambda d, t: f"{d}.{t}" in schemas, whole_events=encode)
         if not encode:
             return sum(1 for _ in changes)
+        values = RowValues()
         return sum(batch.num_rows for batch in _batches(_rows(changes, schemas, handover, None, None,
-                                                              lambda c: False)))
+                                                              lambda c: False, values), values))
 
     return work
 
