@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from binlake.columns import ColumnChoice
 from binlake.config import Config
 from binlake.errors import ConfigError
 from binlake.lake import arrow_commit
@@ -125,8 +126,8 @@ class Context:
                         f"source.tables {self.cfg.tables} matches no table on the server; binlake needs at "
                         "least one: fix the regexes (they match 'db.table' in full)"
                     )
-                chunk_keys = self.cfg.get("source.chunk-key")
-                loaded = [load_schema(conn, d, t, chunk_keys) for d, t in tables]
+                chunk_keys, chosen = self.cfg.get("source.chunk-key"), self.cfg.column_choices
+                loaded = [load_schema(conn, d, t, chunk_keys, chosen.get(f"{d}.{t}")) for d, t in tables]
                 refused = next((r for r in [*map(TableSchema.refusal, loaded), *map(self.shape.refusal, loaded)]
                                 if r), None)
                 if refused:
@@ -141,7 +142,16 @@ class Context:
         server's may have changed since (the stream meets those changes in binlog order)."""
         history = self.history(schema.name)
         if history.exists():
-            return history.latest()
+            latest = history.latest()
+            if latest.choice != schema.choice:
+                def shown(choice: ColumnChoice | None) -> str:
+                    return json.dumps(choice.to_dict()) if choice else "every column"
+                raise ConfigError(
+                    f"source.columns for {schema.name} is {shown(schema.choice)}, but the table was captured with "
+                    f"{shown(latest.choice)}; binlake cannot change a captured table's columns in place: restore "
+                    f"the setting, or snapshot the table again (binlake resnapshot {schema.name})"
+                )
+            return latest
         history.start(schema)
         return schema
 
