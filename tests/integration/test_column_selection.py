@@ -94,9 +94,9 @@ def secrets_in(lake: Path) -> list[str]:
     for path in lake.rglob("*.parquet"):
         table = pq.read_table(path)
         for column in table.itercolumns():
-            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-                if any(SECRET in v for v in column.to_pylist() if v):
-                    found.append(str(path))
+            text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+            if text and any(SECRET in v for v in column.to_pylist() if v):
+                found.append(str(path))
     return found
 
 

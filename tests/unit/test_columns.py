@@ -37,11 +37,11 @@ def test_include_and_exclude_lists_are_read_from_the_file_the_environment_and_se
 
 @pytest.mark.parametrize("text, pattern", [
     ("source:\n  columns: {shop.orders: {include: [id], exclude: [ssn]}}\n",
-     r"^source\.columns for shop\.orders has include and exclude; binlake needs one list per table, include or "
-     r"exclude: keep one of them for shop\.orders$"),
+     (r"^source\.columns for shop\.orders has include and exclude; binlake needs one list per table, include or "
+      r"exclude: keep one of them for shop\.orders$")),
     ("source:\n  columns: {shop.orders: [id]}\n",
-     r"^source\.columns is \{'shop\.orders': \['id'\]\} in .*; binlake needs a mapping of 'db\.table' to "
-     r"\{include: \[columns\]\} or \{exclude: \[columns\]\}"),
+     (r"^source\.columns is \{'shop\.orders': \['id'\]\} in .*; binlake needs a mapping of 'db\.table' to "
+      r"\{include: \[columns\]\} or \{exclude: \[columns\]\}")),
     ("source:\n  columns: {shop.orders: {only: [id]}}\n", r"^source\.columns is .* binlake needs a mapping"),
     ("source:\n  columns: {shop.orders: {}}\n", r"^source\.columns is .* binlake needs a mapping"),
     ("source:\n  columns: [a]\n", r"^source\.columns is \['a'\] .* binlake needs a mapping"),

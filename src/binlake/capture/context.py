@@ -127,7 +127,10 @@ class Context:
                         "least one: fix the regexes (they match 'db.table' in full)"
                     )
                 chunk_keys, chosen = self.cfg.get("source.chunk-key"), self.cfg.column_choices
-                loaded = [load_schema(conn, d, t, chunk_keys, chosen.get(f"{d}.{t}")) for d, t in tables]
+                # a list is checked against the table at its first capture: a column it names may be
+                # dropped since, and the list stays the one the table was captured with
+                loaded = [load_schema(conn, d, t, chunk_keys, chosen.get(f"{d}.{t}"),
+                                      strict=not self.history(f"{d}.{t}").exists()) for d, t in tables]
                 refused = next((r for r in [*map(TableSchema.refusal, loaded), *map(self.shape.refusal, loaded)]
                                 if r), None)
                 if refused:
