@@ -23,6 +23,7 @@ from binlake.columns import ColumnChoice, choices
 from binlake.config_values import (
     CHUNK_KEYS,
     COLUMNS,
+    ROW_FILTERS,
     OPTIONAL_TEXT,
     OPTIONAL_WHOLE,
     TEXT,
@@ -63,6 +64,8 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
         "chunk-key": (CHUNK_KEYS, {}, "db.table -> chunk key columns (tables without a primary key)"),
         "columns": (COLUMNS, {}, "db.table -> `{include: [columns]}` or `{exclude: [columns]}`: the columns "
                     "captured (the key always is); a column left out is never read, nor in bronze or silver"),
+        "row-filter": (ROW_FILTERS, {}, "db.table -> one Spark SQL predicate over its captured columns: silver "
+                       "holds the rows that match it now"),
         "connect-timeout": (WHOLE, 10, "seconds"),
         "read-timeout": (WHOLE, 60, "seconds a read from the source may wait for data before it fails: a "
                          "half-open connection, or a binlog position the server reported written but does not "

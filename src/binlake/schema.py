@@ -333,6 +333,7 @@ class TableSchema:
     chunk_key: tuple[str, ...] = field(default=())
     chunk_key_unique: bool = False  # a UNIQUE index over NOT NULL columns lies within the chunk key
     choice: ColumnChoice | None = None  # source.columns: the columns read (binlake.columns)
+    row_filter: str | None = None  # source.row-filter: the predicate silver's rows match (binlake.lake.row_filter)
 
     @property
     def name(self) -> str:
@@ -445,6 +446,7 @@ class TableSchema:
             "chunk_key": list(self.chunk_key),
             "chunk_key_unique": self.chunk_key_unique,
             **({"choice": self.choice.to_dict()} if self.choice else {}),
+            **({"row_filter": self.row_filter} if self.row_filter else {}),
         }
 
     @classmethod
@@ -457,6 +459,7 @@ class TableSchema:
             tuple(d.get("chunk_key", ())),
             bool(d.get("chunk_key_unique", False)),
             ColumnChoice.from_dict(d["choice"]) if d.get("choice") else None,
+            d.get("row_filter") or None,
         )
 
 

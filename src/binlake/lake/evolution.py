@@ -347,7 +347,7 @@ def _renamed(old: TableSchema, columns: tuple[Column, ...], renames: dict[str, s
             f"captured table {old.name} has no primary key, and its rows are told apart by all their values; binlake "
             f"cannot change its columns in place: snapshot the table again (binlake resnapshot {old.name})"
         )
-    return TableSchema(old.database, old.table, columns, key, chunk, old.chunk_key_unique, old.choice)
+    return TableSchema(old.database, old.table, columns, key, chunk, old.chunk_key_unique, old.choice, old.row_filter)
 
 
 def column_defaults(conn: Any, database: str, table: str) -> dict[str, str | None]:

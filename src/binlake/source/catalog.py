@@ -36,7 +36,7 @@ def matches(patterns: list[str], database: str, table: str) -> bool:
 
 def load_schema(
     conn: pymysql.connections.Connection, database: str, table: str, chunk_keys: dict[str, list[str]] | None = None,
-    choice: ColumnChoice | None = None, strict: bool = True,
+    choice: ColumnChoice | None = None, strict: bool = True, row_filter: str | None = None,
 ) -> TableSchema:
     """The table's schema, its columns as `choice` (`source.columns`) selects them. `strict` refuses
     a list naming a column the table does not have, or leaving out a key column (at the table's first
@@ -105,4 +105,4 @@ def load_schema(
         if why:
             raise ConfigError(why)
         cols = tuple(c for c in cols if c.in_key or choice.keeps(c.name))
-    return TableSchema(database, table, cols, pk, configured, bool(configured) and key_unique, choice)
+    return TableSchema(database, table, cols, pk, configured, bool(configured) and key_unique, choice, row_filter)

@@ -247,7 +247,7 @@ class Guard:
             schema = schemas[name]
             try:
                 return load_schema(conn, schema.database, schema.table, {name: list(schema.chunk_key)},
-                                   schema.choice, strict=False)
+                                   schema.choice, strict=False, row_filter=schema.row_filter)
             except (RuntimeFailure, ConfigError):  # gone, or its chunk-key columns are
                 return None
 
