@@ -19,8 +19,11 @@ from typing import Any
 
 import yaml
 
+from binlake.columns import ColumnChoice, choices
 from binlake.config_values import (
     CHUNK_KEYS,
+    COLUMNS,
+    ROW_FILTERS,
     OPTIONAL_TEXT,
     OPTIONAL_WHOLE,
     TEXT,
@@ -59,6 +62,10 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
         "tables": (TEXT_LIST, [], "regexes over db.table"),
         "server-id": (TEXT, "5400-5404", "replica server ids, one per concurrent binlog reader"),
         "chunk-key": (CHUNK_KEYS, {}, "db.table -> chunk key columns (tables without a primary key)"),
+        "columns": (COLUMNS, {}, "db.table -> `{include: [columns]}` or `{exclude: [columns]}`: the columns "
+                    "captured (the key always is); a column left out is never read, nor in bronze or silver"),
+        "row-filter": (ROW_FILTERS, {}, "db.table -> one Spark SQL predicate over its captured columns: silver "
+                       "holds the rows that match it now"),
         "connect-timeout": (WHOLE, 10, "seconds"),
         "read-timeout": (WHOLE, 60, "seconds a read from the source may wait for data before it fails: a "
                          "half-open connection, or a binlog position the server reported written but does not "
@@ -177,6 +184,11 @@ class Config:
     @property
     def tables(self) -> list[str]:
         return list(self.get("source.tables"))
+
+    @property
+    def column_choices(self) -> dict[str, ColumnChoice]:
+        """`source.columns`, each table's include or exclude list (binlake.columns)."""
+        return choices(self.get("source.columns"))
 
     @property
     def chunk_size(self) -> int:
@@ -331,6 +343,7 @@ def load(
         _set(values, dotted.strip(), raw, "--set", as_text=True)
     cfg = Config(values, origin)
     cfg.server_ids  # validate early
+    cfg.column_choices
     for pattern in cfg.tables:
         try:
             re.compile(pattern)

@@ -145,6 +145,26 @@ def _chunk_keys_value(v: Any) -> dict[str, list[str]]:
     return {str(written(k)): _text_list(cols) for k, cols in v.items()}
 
 
+def _columns_value(v: Any) -> dict[str, dict[str, list[str]]]:
+    if not isinstance(v, dict):
+        raise TypeError
+    out: dict[str, dict[str, list[str]]] = {}
+    for table, lists in v.items():
+        if not isinstance(lists, dict) or not lists or any(written(k) not in ("include", "exclude") for k in lists):
+            raise TypeError
+        out[str(written(table))] = {str(written(k)): _text_list(cols) for k, cols in lists.items()}
+    return out
+
+
+def _row_filters_value(v: Any) -> dict[str, str]:
+    if not isinstance(v, dict):
+        raise TypeError
+    out = {str(written(k)): _scalar_text(p).strip() for k, p in v.items()}
+    if not all(out.values()):
+        raise ValueError
+    return out
+
+
 TEXT = Kind("text", _scalar_text, str)
 OPTIONAL_TEXT = Kind("text", _opt_scalar_text, lambda t: t or None)
 WHOLE = Kind("a whole number in decimal digits", _int_value, _int_text)
@@ -153,6 +173,11 @@ OPTIONAL_WHOLE = Kind("a whole number in decimal digits, or nothing", lambda v: 
 TEXT_LIST = Kind("a list of strings (or one comma-separated string)", _text_list, _list_text)
 CHUNK_KEYS = Kind("a mapping of 'db.table' to a list of columns, like {shop.log: [ts, seq]}", _chunk_keys_value,
                   lambda t: _chunk_keys_value(_yaml_text(t)))
+ROW_FILTERS = Kind("a mapping of 'db.table' to one SQL predicate, like {shop.orders: 'tenant_id = 7'}",
+                   _row_filters_value, lambda t: _row_filters_value(_yaml_text(t)) if t.strip() else {})
+COLUMNS = Kind("a mapping of 'db.table' to {include: [columns]} or {exclude: [columns]}, like "
+               "{shop.customers: {exclude: [ssn]}}", _columns_value,
+               lambda t: _columns_value(_yaml_text(t)) if t.strip() else {})
 
 
 def choice(*allowed: str) -> Kind:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake import valuetypes
+from binlake.columns import ColumnChoice
 from binlake.errors import UnconvertibleValueError
 from binlake.source.charsets import charset_of, decoder, supported
 from binlake.source.mysql_json import MysqlJson
@@ -331,6 +332,8 @@ class TableSchema:
     primary_key: tuple[str, ...]
     chunk_key: tuple[str, ...] = field(default=())
     chunk_key_unique: bool = False  # a UNIQUE index over NOT NULL columns lies within the chunk key
+    choice: ColumnChoice | None = None  # source.columns: the columns read (binlake.columns)
+    row_filter: str | None = None  # source.row-filter: the predicate silver's rows match (binlake.lake.row_filter)
 
     @property
     def name(self) -> str:
@@ -356,6 +359,10 @@ class TableSchema:
     @property
     def split_key(self) -> tuple[str, ...]:
         return self.chunk_key or self.primary_key
+
+    def keeps(self, name: str) -> bool:
+        """Whether a column of this name at the source is captured (`source.columns`; the key always is)."""
+        return self.choice is None or self.choice.keeps(name) or name in self.primary_key or name in self.chunk_key
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -438,6 +445,8 @@ class TableSchema:
             "primary_key": list(self.primary_key),
             "chunk_key": list(self.chunk_key),
             "chunk_key_unique": self.chunk_key_unique,
+            **({"choice": self.choice.to_dict()} if self.choice else {}),
+            **({"row_filter": self.row_filter} if self.row_filter else {}),
         }
 
     @classmethod
@@ -449,6 +458,8 @@ class TableSchema:
             tuple(d["primary_key"]),
             tuple(d.get("chunk_key", ())),
             bool(d.get("chunk_key_unique", False)),
+            ColumnChoice.from_dict(d["choice"]) if d.get("choice") else None,
+            d.get("row_filter") or None,
         )
 
 

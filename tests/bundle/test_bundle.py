@@ -27,7 +27,7 @@ JOB_PARAM_REF = re.compile(r"\{\{job\.parameters\.([A-Za-z0-9_]+)\}\}")
 EXPECTED_VARIABLES = {
     "source_host", "source_port", "source_user", "password_secret_scope", "password_secret_key",
     "tables", "state_volume", "catalog", "schema", "chunk_size", "snapshot_concurrency", "scd_type", "silver_deletes",
-    "schedule",
+    "schedule", "columns", "row_filter",
 }
 PLAN_NOTEBOOK = ROOT / "src" / "notebooks" / "plan.py"
 
@@ -199,7 +199,8 @@ SAMPLE_VARS = {
     "password_secret_scope": "binlake", "password_secret_key": "source-password",
     "tables": r"shop\.orders,shop\.customer.*", "catalog": "main", "schema": "cdc",
     "chunk_size": "4096", "snapshot_concurrency": "8", "state_volume": "binlake", "scd_type": "1",
-    "schedule": "0 0 * * * ?",
+    "schedule": "0 0 * * * ?", "columns": "{shop.customers: {exclude: [ssn]}}",
+    "row_filter": "{shop.orders: 'tenant_id = 7'}",
 }
 
 
@@ -232,6 +233,8 @@ def test_task_parameters_build_the_intended_config(bundle: Bundle) -> None:
         assert cfg.get("target.path") == "/Volumes/main/cdc/binlake"
         assert (cfg.get("target.catalog"), cfg.get("target.schema")) == ("main", "cdc")
         assert cfg.chunk_size == 4096
+        assert cfg.get("source.columns") == {"shop.customers": {"exclude": ["ssn"]}}
+        assert cfg.get("source.row-filter") == {"shop.orders": "tenant_id = 7"}
         assert cfg.get("source.password") == "pw-from-binlake/source-password"
         flags = {p for p in task_argv(task, bundle.jobs["binlake"]) if str(p).startswith("--")}
         assert flags <= set(entrypoints.PARAMETERS) | {"--group"}, flags
@@ -297,6 +300,8 @@ def test_pipeline_configuration_names_real_config_keys(bundle: Bundle) -> None:
         "binlake.target.catalog": "${var.catalog}",
         "binlake.target.schema": "${var.schema}",
         "binlake.snapshot.chunk-size": "${var.chunk_size}",
+        "binlake.source.columns": "${var.columns}",
+        "binlake.source.row-filter": "${var.row_filter}",
         "binlake.silver.history": "${var.scd_type}",
         "binlake.silver.deletes": "${var.silver_deletes}",
     }
@@ -339,6 +344,8 @@ def test_variables(bundle: Bundle) -> None:
     assert variables["snapshot_concurrency"]["default"] == 8
     assert variables["scd_type"]["default"] == 1
     assert variables["silver_deletes"]["default"] == "hard" == config_mod.SCHEMA["silver"]["deletes"][1]
+    assert variables["columns"]["default"] == "" and config_mod.SCHEMA["source"]["columns"][1] == {}
+    assert variables["row_filter"]["default"] == "" and config_mod.SCHEMA["source"]["row-filter"][1] == {}
     for name, body in variables.items():
         assert body.get("description"), f"variable {name} has no description"
 

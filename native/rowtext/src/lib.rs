@@ -83,6 +83,23 @@ fn fraction(b: &[u8], p: usize, fsp: usize) -> Option<(i64, i64, usize)> {
     Some((us * 10i64.pow(6 - fsp as u32), raw, p + n))
 }
 
+/// The position after a value read as `decode` at `p`, stepped over without reading it.
+fn skip(decode: Decode, b: &[u8], p: usize) -> Option<usize> {
+    let size = match decode {
+        Decode::Int { size, .. } | Decode::Fixed { size } | Decode::Enum { size } | Decode::Set { size } => size,
+        Decode::Year => 1,
+        Decode::Float => 4,
+        Decode::Double => 8,
+        Decode::Decimal { precision, scale } => text::decimal_size(precision, scale)?,
+        Decode::Bytes { prefix } => prefix + le(b, p, prefix)? as usize,
+        Decode::Date => 3,
+        Decode::DateTime { fsp } => 5 + (fsp + 1) / 2,
+        Decode::Timestamp { fsp } => 4 + (fsp + 1) / 2,
+    };
+    b.get(p..p + size)?;
+    Some(p + size)
+}
+
 fn zero_date_key(text: &str, timestamp: bool, out: &mut String) {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     out.push_str(&whole[..whole.len().min(19)]);
@@ -111,6 +128,10 @@ impl Plan {
             vals[i] = None;
             raw[i] = None;
             if nulls[i / 8] >> (i % 8) & 1 == 1 {
+                continue;
+            }
+            if matches!(c.encode, Encode::Skip) {
+                p = skip(c.decode, b, p)?; // a column the schema leaves out: stepped over, never read
                 continue;
             }
             let start = p;

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from binlake.columns import ColumnChoice
 from binlake.config import Config
 from binlake.errors import ConfigError
 from binlake.lake import arrow_commit
@@ -125,10 +126,15 @@ class Context:
                         f"source.tables {self.cfg.tables} matches no table on the server; binlake needs at "
                         "least one: fix the regexes (they match 'db.table' in full)"
                     )
-                chunk_keys = self.cfg.get("source.chunk-key")
-                loaded = [load_schema(conn, d, t, chunk_keys) for d, t in tables]
-                refused = next((r for r in [*map(TableSchema.refusal, loaded), *map(self.shape.refusal, loaded)]
-                                if r), None)
+                chunk_keys, chosen = self.cfg.get("source.chunk-key"), self.cfg.column_choices
+                # a list is checked against the table at its first capture: a column it names may be
+                # dropped since, and the list stays the one the table was captured with
+                filters = self.cfg.get("source.row-filter")
+                loaded = [load_schema(conn, d, t, chunk_keys, chosen.get(f"{d}.{t}"),
+                                      strict=not self.history(f"{d}.{t}").exists(), row_filter=filters.get(f"{d}.{t}"))
+                          for d, t in tables]
+                refused = next((r for r in [*map(TableSchema.refusal, loaded), *map(self.shape.refusal, loaded),
+                                            *map(self.shape.filter_refusal, loaded)] if r), None)
                 if refused:
                     raise ConfigError(refused)
                 self._schemas = {s.name: self._captured(s) for s in loaded}
@@ -141,7 +147,22 @@ class Context:
         server's may have changed since (the stream meets those changes in binlog order)."""
         history = self.history(schema.name)
         if history.exists():
-            return history.latest()
+            latest = history.latest()
+            if latest.choice != schema.choice:
+                def shown(choice: ColumnChoice | None) -> str:
+                    return json.dumps(choice.to_dict()) if choice else "every column"
+                raise ConfigError(
+                    f"source.columns for {schema.name} is {shown(schema.choice)}, but the table was captured with "
+                    f"{shown(latest.choice)}; binlake cannot change a captured table's columns in place: restore "
+                    f"the setting, or snapshot the table again (binlake resnapshot {schema.name})"
+                )
+            if latest.row_filter != schema.row_filter:
+                raise ConfigError(
+                    f"source.row-filter for {schema.name} is {schema.row_filter or '(none)'!r}, but the table was "
+                    f"captured with {latest.row_filter or '(none)'!r}; silver holds the rows of the filter it was "
+                    f"built with: restore the setting, or snapshot the table again (binlake resnapshot {schema.name})"
+                )
+            return latest
         history.start(schema)
         return schema
 

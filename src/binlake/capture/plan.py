@@ -14,7 +14,7 @@ from binlake import faults
 from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
 from binlake.config import Config
-from binlake.lake import bronze, silver, split_state
+from binlake.lake import bronze, row_filter, silver, split_state
 from binlake.schema import TableSchema, qualified
 from binlake.source.connection import connect
 from binlake.source.dialect import Dialect
@@ -51,6 +51,7 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: OnBatch | None = Non
     conn = connect(ctx.params)
     try:
         for name, schema in ctx.schemas().items():
+            row_filter.check(spark, schema)  # refused before anything is read
             if on_batch is None:
                 bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
                 silver.ensure_table(spark, ctx.target.silver(name).location, schema, ctx.shape)

@@ -17,7 +17,7 @@ from typing import Any
 from binlake.capture.context import Context
 from binlake.config import Config
 from binlake.keys import KeyOrder
-from binlake.lake import bronze
+from binlake.lake import bronze, row_filter
 from binlake.lake import split_state as state
 from binlake.lake.silver_shape import DELETED, END
 from binlake.source.chunk_reader import Membership
@@ -48,7 +48,7 @@ def verify(cfg: Config) -> dict[str, Any]:
                "server_ids": ctx.reader_ids(), "plain": True}
         raw = spark.read.format("binlake_snapshot").option("job", json.dumps(job)).option(
             "password", ctx.params["password"]).load()
-        src = bronze.typed_flat(raw, schema).cache()
+        src = row_filter.matching(bronze.typed_flat(raw, schema), schema).cache()  # the source's rows that match
         sil = spark.read.format("delta").load(ctx.target.silver(name).location)
         if ctx.shape.versions:
             sil = sil.where(F.col(END).isNull())

@@ -45,6 +45,8 @@ PARAMETERS: dict[str, tuple[str, str]] = {
     "--catalog": ("target.catalog", "Unity Catalog catalog"),
     "--schema": ("target.schema", "Unity Catalog schema"),
     "--chunk-size": ("snapshot.chunk-size", "rows per chunk"),
+    "--columns": ("source.columns", "the columns captured of each table, as YAML: {db.table: {exclude: [col]}}"),
+    "--row-filter": ("source.row-filter", "the rows of each table silver keeps, as YAML: {db.table: 'tenant_id = 7'}"),
 }
 
 

@@ -33,7 +33,7 @@ from binlake.capture.context import Context
 from binlake.databricks import stream_job
 from binlake.databricks.entrypoints import load_with_secret, runtime_dbutils
 from binlake.errors import ConfigError
-from binlake.lake import bronze, silver
+from binlake.lake import bronze, row_filter, silver
 from binlake.lake.silver_shape import DELETED
 from binlake.lake.target import Target
 from binlake.schema import TableSchema
@@ -142,6 +142,7 @@ def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableS
     # bronze table only grows and can be read as a stream.
     snapshot = spark.readStream.format("delta").load(snapshot_location).where(F.col("_op") == "r")
     frame = binlog.unionByName(snapshot, allowMissingColumns=True)
+    frame = row_filter.filtered(frame, schema)  # a row out of the filter is a delete (binlake.lake.row_filter)
     if soft:  # a delete is the row's last image, kept with _deleted (binlake.lake.silver_shape)
         frame = frame.withColumn(DELETED, F.col("_op") == "d")
 

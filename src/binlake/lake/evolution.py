@@ -248,7 +248,8 @@ def by_statement(old: TableSchema, ops: list[Op], now: TableSchema | None,
             cols[name] = now.column(name)
             order.append(name)
             added.append(name)
-        elif kind == "drop" and name in cols:
+        elif kind == "drop" and name in cols or kind == "rename" and name in cols and not old.keeps(new):
+            # a rename to a name source.columns leaves out takes the column out of the capture
             del cols[name]
             order.remove(name)
         elif kind == "rename" and name in cols and new not in cols:
@@ -278,6 +279,8 @@ def by_shape(old: TableSchema, shape: TableShape, now: TableSchema | None,
     cols = []
     added = []
     for got in shape.columns:
+        if not old.keeps(got.name):
+            continue  # left out by source.columns
         mine = next((c for c in old.columns if c.name == got.name), None)
         theirs = next((c for c in (now.columns if now else ()) if c.name == got.name), None)
         fits = [c for c in (mine, theirs, from_table_map(got)) if c is not None and column_difference(c, got) is None]
@@ -344,7 +347,7 @@ def _renamed(old: TableSchema, columns: tuple[Column, ...], renames: dict[str, s
             f"captured table {old.name} has no primary key, and its rows are told apart by all their values; binlake "
             f"cannot change its columns in place: snapshot the table again (binlake resnapshot {old.name})"
         )
-    return TableSchema(old.database, old.table, columns, key, chunk, old.chunk_key_unique)
+    return TableSchema(old.database, old.table, columns, key, chunk, old.chunk_key_unique, old.choice, old.row_filter)
 
 
 def column_defaults(conn: Any, database: str, table: str) -> dict[str, str | None]:

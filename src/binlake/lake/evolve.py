@@ -56,7 +56,7 @@ def silver_columns(policy: Policy, versions: list[Version]) -> TableSchema:
         for c in v.schema.columns:
             columns[c.name] = c
     return TableSchema(last.database, last.table, tuple(columns.values()), last.primary_key, last.chunk_key,
-                       last.chunk_key_unique)
+                       last.chunk_key_unique, last.choice, last.row_filter)
 
 
 def _widens(old: T.DataType, new: T.DataType) -> bool:

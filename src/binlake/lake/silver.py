@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 
 from binlake import faults
 from binlake.errors import ConfigError
-from binlake.lake import arrow_commit, history, storage
+from binlake.lake import arrow_commit, history, row_filter, storage
 from binlake.lake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
 from binlake.lake.silver_shape import DELETED, END, PLAIN, START, Shape
 from binlake.lake.target import CHECKPOINT_INTERVAL
@@ -72,6 +72,7 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema, shape:
     """Create silver, empty, unless it exists; one that exists must have been built in `shape`."""
     from delta.tables import DeltaTable
 
+    row_filter.check(spark, schema)
     if not storage.table_exists(spark, location):
         builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema, shape))
         for key, value in PROPERTIES.items():
@@ -107,6 +108,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     """
     from delta.tables import DeltaTable
 
+    changes = row_filter.filtered(changes, schema)  # a row out of the filter is a delete
     if shape.versions:
         history.apply(spark, schema, changes, silver, bronze, shape, oldest, bronze_may_be_newer, inserts_only)
         return
@@ -115,7 +117,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         return
     # with soft deletes silver holds deleted keys too, so an insert may meet its key's tombstone,
     # which it replaces: neither shortcut below holds
-    inserts_only = inserts_only and not shape.soft
+    inserts_only = inserts_only and not shape.soft and not schema.row_filter  # a filter's deletes
     key = list(schema.key)
     data = changes.where(F.col("_op").isin(*DATA_OPS))
     latest = data if inserts_only else latest_per_key(data, key)
@@ -207,6 +209,8 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str, shape: Sh
     """`insert_snapshot` of the Arrow table `rows` (bronze columns, `r` rows only) by delta-rs: silver
     created if absent (then the rows are appended), else an insert-only MERGE. False, and nothing
     written, when silver is a table delta-rs does not write (`arrow_commit.writable`)."""
+    if schema.row_filter:
+        return False  # Spark evaluates the filter
     names = [f.name for f in struct(schema, shape).fields]
     created = arrow_commit.create(silver, struct(schema, shape), PROPERTIES)
     table = arrow_commit.writable(silver, names)
@@ -242,7 +246,7 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
         ensure_table(spark, silver, schema)
         apply_multiset(spark, schema, rows, silver, bronze)
         return
-    rows = shaped(rows, shape)
+    rows = shaped(row_filter.matching(rows, schema), shape)
     if not storage.table_exists(spark, silver):  # created with the snapshot's first rows: one commit
         faults.point("mid_merge", schema.name)
         rows.select(*[F.col(sql_name(f.name)) for f in struct(schema, shape).fields]).write.format("delta") \

@@ -69,6 +69,18 @@ class Shape:
                     "source.chunk-key to a unique index's columns, or leave this table out of source.tables")
         return None
 
+    def filter_refusal(self, schema: TableSchema) -> str | None:
+        """Why `schema`'s row filter cannot be kept in this shape, or None: a row leaving the filter is
+        a hard delete of silver's type 1 row for now."""
+        if schema.row_filter and schema.multiset:
+            return (f"source.row-filter for {schema.name}: the table has no unique key, and binlake counts its "
+                    "identical rows over its whole change log; add a primary key, or leave the filter out")
+        if schema.row_filter and not self.plain:
+            return (f"source.row-filter for {schema.name} with {self.settings()}: binlake keeps a filtered table "
+                    "with hard deletes and SCD type 1 only, so far; set silver.deletes: hard and silver.history: "
+                    "1, or leave the filter out")
+        return None
+
     def mismatch(self, location: str, have: list[str]) -> str | None:
         """Why the existing silver table at `location`, with the columns `have`, was not built in this
         shape (turning an option on or off would mix two meanings in one table), or None."""

@@ -126,6 +126,7 @@ def read_changes(
     seen: Seen | None = None,
     control: Any = None,
     whole_events: bool = False,
+    keeps: Callable[[str], bool] | None = None,
 ) -> Iterator[Any]:
     """Row changes of tables `wanted(db, table)` from `start` up to (not including) `stop`.
 
@@ -145,9 +146,10 @@ def read_changes(
     GTID of every transaction that starts before `stop`, wanted or not. `control`: a PyMySQL
     connection the caller holds, lent to mysql-replication for its questions to the server (it
     opens one of its own otherwise). With `whole_events`, a row event of a wanted table comes as one
-    `RowEvent`, its rows not decoded yet, instead of its `RowChange`s.
+    `RowEvent`, its rows not decoded yet, instead of its `RowChange`s. `keeps(column)` says which
+    columns of a row are read (`TableSchema.keeps`, for one table's read; every column when None).
     """
-    reading = _Reading(params, start, stop, wanted, on_position, ddl, seen, whole_events)
+    reading = _Reading(params, start, stop, wanted, on_position, ddl, seen, whole_events, keeps)
     backoff = Backoff(params, reconnect_timeout)
     catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
     lost = False
@@ -222,6 +224,7 @@ class _Reading:
     ddl: bool
     seen: Seen | None
     whole_events: bool = False
+    keeps: Callable[[str], bool] | None = None
     in_txn: bool = False
     gtid: str | None = None
 
@@ -277,7 +280,7 @@ class _Reading:
                 if self.whole_events and not isinstance(event, PartialUpdateRowsEvent):
                     yield RowEvent(event, here, self.gtid, self.fast)
                 else:
-                    yield from _rows(event, here, self.gtid, self.fast)
+                    yield from _rows(event, here, self.gtid, self.fast, self.keeps)
         elif isinstance(event, XidEvent) or not _query(event).startswith(("SAVEPOINT", "ROLLBACK TO")):
             if self.ddl and isinstance(event, QueryEvent):
                 yield from self._schema_changes(event, file, begin, here)
@@ -342,8 +345,9 @@ class RowEvent:
         self.ts = int(event.timestamp)
         self.epoch = at.epoch
 
-    def changes(self) -> Iterator[RowChange]:
-        return _rows(self.event, self.at, self.gtid, self.fast)
+    def changes(self, keeps: Callable[[str], bool] | None = None) -> Iterator[RowChange]:
+        """The event's rows, with the columns `keeps` keeps (all when None; `TableSchema.keeps`)."""
+        return _rows(self.event, self.at, self.gtid, self.fast, keeps)
 
     def shape(self) -> tuple[Any, ...]:
         return self.fast.shape(self.event.columns)
@@ -363,12 +367,13 @@ class RowEvent:
         return changed  # type: ignore[no-any-return]
 
 
-def _rows(event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder) -> Iterator[RowChange]:
+def _rows(event: Any, at: BinlogPosition, gtid: str | None, fast: RowDecoder,
+          keeps: Callable[[str], bool] | None = None) -> Iterator[RowChange]:
     table = f"{event.schema}.{event.table}"
     ts = int(event.timestamp)
     update = isinstance(event, UpdateRowsEvent)
     partial = isinstance(event, PartialUpdateRowsEvent)
-    images = None if partial else fast.images(event, update)
+    images = None if partial else fast.images(event, update, keeps)
     if images is None:  # a shape the generated decoder leaves to mysql-replication
         columns = getattr(event, "columns", [])
         times = [c.name for c in columns if c.type == FIELD_TYPE.TIME2]

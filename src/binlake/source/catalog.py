@@ -8,6 +8,7 @@ import re
 import pymysql
 import pymysql.cursors
 
+from binlake.columns import ColumnChoice
 from binlake.errors import ConfigError, RuntimeFailure
 from binlake.schema import Column, TableSchema
 
@@ -34,8 +35,12 @@ def matches(patterns: list[str], database: str, table: str) -> bool:
 
 
 def load_schema(
-    conn: pymysql.connections.Connection, database: str, table: str, chunk_keys: dict[str, list[str]] | None = None
+    conn: pymysql.connections.Connection, database: str, table: str, chunk_keys: dict[str, list[str]] | None = None,
+    choice: ColumnChoice | None = None, strict: bool = True, row_filter: str | None = None,
 ) -> TableSchema:
+    """The table's schema, its columns as `choice` (`source.columns`) selects them. `strict` refuses
+    a list naming a column the table does not have, or leaving out a key column (at the table's first
+    capture); without it (the table as it is after a schema change) such names are passed over."""
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, NUMERIC_SCALE, "
@@ -95,4 +100,9 @@ def load_schema(
     # index admits any number of rows with a NULL in it)
     nullable = {c.name for c in cols if c.nullable}
     key_unique = any(idx <= set(configured) and not idx & nullable for idx in unique.values())
-    return TableSchema(database, table, cols, pk, configured, bool(configured) and key_unique)
+    if choice is not None:
+        why = choice.refusal(name, [c.name for c in cols], (*pk, *configured)) if strict else None
+        if why:
+            raise ConfigError(why)
+        cols = tuple(c for c in cols if c.in_key or choice.keeps(c.name))
+    return TableSchema(database, table, cols, pk, configured, bool(configured) and key_unique, choice, row_filter)

@@ -261,7 +261,7 @@ def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
 def _changes(params: dict[str, Any], conn: Any, schema: TableSchema, server_id: int, lw: BinlogPosition,
              hw: BinlogPosition, ddl: bool = False) -> Iterator[Any]:
     return read_changes(params, server_id, lw, hw, lambda d, t: d == schema.database and t == schema.table,
-                        ddl=ddl, control=conn)
+                        ddl=ddl, control=conn, keeps=schema.keeps if schema.choice is not None else None)
 
 
 # chunk reads of a key-less table, before giving up

@@ -8,13 +8,19 @@ import decimal
 _COMPRESSED = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4]  # bytes of a DECIMAL's leftover digits
 
 
+def decimal_size(precision: int, scale: int) -> int:
+    """The bytes a packed DECIMAL(precision, scale) takes."""
+    integral = precision - scale
+    return (_COMPRESSED[integral % 9] + 4 * (integral // 9) + 4 * (scale // 9) + _COMPRESSED[scale % 9])
+
+
 def read_decimal(b: bytes, p: int, precision: int, scale: int) -> tuple[decimal.Decimal, int]:
     """MySQL's packed DECIMAL: groups of 9 digits in 4 big-endian bytes, the leftover digits in fewer,
     the sign in the first bit and negative numbers stored complemented."""
     integral = precision - scale
     whole_int, whole_frac = integral // 9, scale // 9
     left_int, left_frac = integral - whole_int * 9, scale - whole_frac * 9
-    size = _COMPRESSED[left_int] + 4 * whole_int + 4 * whole_frac + _COMPRESSED[left_frac]
+    size = decimal_size(precision, scale)
     raw = bytearray(b[p:p + size])
     negative = not raw[0] & 0x80
     raw[0] ^= 0x80

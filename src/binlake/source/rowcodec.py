@@ -26,8 +26,9 @@ from typing import Any
 
 from pymysqlreplication.constants import FIELD_TYPE
 
+from binlake.source.binlog_types import VECTOR
 from binlake.source.mysql_json import MysqlJson
-from binlake.source.packed_decimal import read_decimal
+from binlake.source.packed_decimal import decimal_size, read_decimal
 
 Image = dict[str, Any]
 Decoder = Callable[[bytes, int], tuple[Image, int]]
@@ -128,25 +129,59 @@ def _column_code(i: int, c: Any, env: dict[str, Any]) -> list[str] | None:  # no
     return None
 
 
-def compile_image(columns: list[Any]) -> Decoder | None:
+_FRACTION_AFTER = {FIELD_TYPE.TIME2: 3, FIELD_TYPE.DATETIME2: 5, FIELD_TYPE.TIMESTAMP2: 4}
+_PREFIXED = (FIELD_TYPE.JSON, FIELD_TYPE.GEOMETRY, VECTOR)
+
+
+def _skip_code(c: Any) -> list[str] | None:
+    """Statements stepping `p` over a value of column `c` without reading it (a column `source.columns`
+    leaves out), or None for a type whose size is not known here."""
+    t, ind = c.type, "        "
+    if t in (FIELD_TYPE.TINY, FIELD_TYPE.YEAR, FIELD_TYPE.INT24, FIELD_TYPE.DATE, *_FIXED):
+        size = {FIELD_TYPE.TINY: 1, FIELD_TYPE.YEAR: 1, FIELD_TYPE.INT24: 3, FIELD_TYPE.DATE: 3}.get(t) \
+            or _FIXED[t][2]
+        return [f"{ind}p += {size}"]
+    if t in _FRACTION_AFTER:
+        return [f"{ind}p += {_FRACTION_AFTER[t] + (int(c.fsp) + 1) // 2}"]
+    if t == FIELD_TYPE.NEWDECIMAL:
+        return [f"{ind}p += {decimal_size(int(c.precision), int(c.decimals))}"]
+    if t in (FIELD_TYPE.ENUM, FIELD_TYPE.SET):
+        return [f"{ind}p += {int(c.size)}"]
+    if t == FIELD_TYPE.BIT:
+        return [f"{ind}p += {int(c.bytes)}"]
+    if t in _STRINGS or t in _PREFIXED:
+        size = int(c.length_size) if t in (FIELD_TYPE.BLOB, *_PREFIXED) else (2 if c.max_length > 255 else 1)
+        if size not in (1, 2, 3, 4):
+            return None
+        return [f"{ind}p += {size} + int.from_bytes(b[p:p + {size}], 'little')"]
+    return None
+
+
+def compile_image(columns: list[Any], skip: frozenset[str] = frozenset()) -> Decoder | None:
     """A function decoding one full row image of a table with these table-map columns:
-    `(buffer, offset) -> (image, offset after it)`; None if a column's type is not handled here."""
+    `(buffer, offset) -> (image, offset after it)`; None if a column's type is not handled here. The
+    columns named in `skip` are stepped over, their values neither read nor in the image."""
     env: dict[str, Any] = {"read_decimal": read_decimal, "MysqlJson": MysqlJson, "date": dt.date,
                            "datetime": dt.datetime, "utcfromtimestamp": dt.datetime.utcfromtimestamp}
     n = len(columns)
     nulls = (n + 7) // 8
     body = ["def image(b, p):", f"    nb = int.from_bytes(b[p:p + {nulls}], 'little'); p += {nulls}"]
+    kept = []
     for i, c in enumerate(columns):
-        if c.type not in SUPPORTED or not c.name:
+        if not c.name:
             return None
-        code = _column_code(i, c, env)
+        if c.name in skip:
+            code = _skip_code(c)
+        else:
+            code = _column_code(i, c, env) if c.type in SUPPORTED else None
+            kept.append((i, c))
         if code is None:
             return None
-        body.append(f"    if nb & {1 << i}:")
-        body.append(f"        v{i} = None")
-        body.append("    else:")
+        body.append(f"    if not nb & {1 << i}:")
         body += code
-    body.append("    return {" + ", ".join(f"{c.name!r}: v{i}" for i, c in enumerate(columns)) + "}, p")
+        if c.name not in skip:
+            body += ["    else:", f"        v{i} = None"]
+    body.append("    return {" + ", ".join(f"{c.name!r}: v{i}" for i, c in kept) + "}, p")
     exec(compile("\n".join(body), "<binlake row image>", "exec"), env)  # noqa: S102 - generated from type codes only
     return env["image"]  # type: ignore[no-any-return]
 
@@ -167,7 +202,7 @@ class RowDecoder:
     """Generated image decoders, one per table shape seen."""
 
     def __init__(self) -> None:
-        self._decoders: dict[tuple[Any, ...], Decoder | None] = {}
+        self._decoders: dict[tuple[tuple[Any, ...], frozenset[str]], Decoder | None] = {}
         # a table map's column list -> its shape, while that list lives (row events of one table map,
         # and of identical table maps, share it): the list is kept so its id is not reused
         self._shapes: dict[int, tuple[list[Any], tuple[Any, ...]]] = {}
@@ -182,10 +217,12 @@ class RowDecoder:
         self._shapes[id(columns)] = (columns, key)
         return key
 
-    def decoder(self, columns: list[Any]) -> Decoder | None:
-        key = self.shape(columns)
+    def decoder(self, columns: list[Any], keeps: Callable[[str], bool] | None = None) -> Decoder | None:
+        """The decoder of images with these columns; `keeps` says which are read (all when None)."""
+        skip = frozenset(c.name for c in columns if not keeps(c.name)) if keeps is not None else frozenset()
+        key = (self.shape(columns), skip)
         if key not in self._decoders:
-            self._decoders[key] = compile_image(columns)
+            self._decoders[key] = compile_image(columns, skip)
         return self._decoders[key]
 
     @staticmethod
@@ -195,12 +232,13 @@ class RowDecoder:
         bitmaps = [event.columns_present_bitmap] + ([event.columns_present_bitmap2] if pairs else [])
         return all(int.from_bytes(bm, "little") & full == full for bm in bitmaps)
 
-    def images(self, event: Any, pairs: bool) -> list[Any] | None:
+    def images(self, event: Any, pairs: bool, keeps: Callable[[str], bool] | None = None) -> list[Any] | None:
         """The row images of a row event not yet read: a list of images, or of (before, after) pairs
-        when `pairs` (an update); None when this event is left to mysql-replication."""
+        when `pairs` (an update), with the columns `keeps` keeps; None when this event is left to
+        mysql-replication."""
         if not event.complete or not self.full_images(event, pairs):
             return None
-        decode = self.decoder(event.columns)
+        decode = self.decoder(event.columns, keeps)
         if decode is None:
             return None
         packet = event.packet

@@ -84,6 +84,14 @@ def _decode(c: Any) -> tuple[str, int, int] | None:
     return None
 
 
+def _stepped(c: Any) -> tuple[str, int, int] | None:
+    """How the extension steps over a value of a column it does not write and cannot read (a TIME left
+    out by `source.columns`): as fixed bytes."""
+    if c.type == FIELD_TYPE.TIME2:
+        return "fixed", 3 + (int(c.fsp) + 1) // 2, 0
+    return None
+
+
 Encoding = tuple[str, int, "str | None", "list[str | None] | None", "Callable[[bytes], str | None] | None"]
 
 
@@ -139,10 +147,10 @@ def compile_plan(schema: TableSchema, columns: list[Any]) -> Any | None:
     specs: list[Spec] = []
     try:
         for c in columns:
-            decode = _decode(c)
+            col = captured.get(c.name)
+            decode = _decode(c) or (_stepped(c) if col is None else None)
             if decode is None:
                 return None
-            col = captured.get(c.name)
             encode = ("skip", 0, None, None, None) if col is None else _encode(c, decode[0], col)
             if encode is None:
                 return None

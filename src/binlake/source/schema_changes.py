@@ -200,7 +200,7 @@ def _charset(collation: str) -> str | None:
 
 def shape_difference(schema: TableSchema, shape: TableShape) -> str | None:
     """How a row event's columns differ from the captured schema, or None when every row still fits."""
-    got = {c.name: c for c in shape.columns}
+    got = {c.name: c for c in shape.columns if schema.keeps(c.name)}
     added = [n for n in got if n not in schema.names]
     dropped = [n for n in schema.names if n not in got]
     if added or dropped:
@@ -246,7 +246,8 @@ class Guard:
         def current(name: str) -> TableSchema | None:
             schema = schemas[name]
             try:
-                return load_schema(conn, schema.database, schema.table, {name: list(schema.chunk_key)})
+                return load_schema(conn, schema.database, schema.table, {name: list(schema.chunk_key)},
+                                   schema.choice, strict=False, row_filter=schema.row_filter)
             except (RuntimeFailure, ConfigError):  # gone, or its chunk-key columns are
                 return None
 

@@ -211,7 +211,7 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
             if changed is not None:
                 yield from _native(change, changed)
                 continue
-            each = change.changes()
+            each = change.changes(schema.keeps if schema.choice is not None else None)
         encode = encoders.get(id(schema))
         if encode is None:
             encode = encoders[id(schema)] = schema.row_encoder()
