@@ -81,15 +81,15 @@ pub fn float32_text(v: f32, out: &mut String) {
 
 const COMPRESSED: [usize; 10] = [0, 1, 1, 2, 2, 3, 3, 4, 4, 4];
 
-/// A packed DECIMAL(precision, scale) at `b[p..]`, as `format(Decimal(text), 'f')` gives it: the sign,
-/// the integral digits without leading zeros (at least one), the scale's fraction digits. Returns
-/// the position after it; None for bytes that are no DECIMAL of that size.
 /// The bytes a packed DECIMAL(precision, scale) takes.
 pub fn decimal_size(precision: usize, scale: usize) -> Option<usize> {
     let integral = precision.checked_sub(scale)?;
     Some(COMPRESSED[integral % 9] + 4 * (integral / 9) + 4 * (scale / 9) + COMPRESSED[scale % 9])
 }
 
+/// A packed DECIMAL(precision, scale) at `b[p..]`, as `format(Decimal(text), 'f')` gives it: the sign,
+/// the integral digits without leading zeros (at least one), the scale's fraction digits. Returns
+/// the position after it; None for bytes that are no DECIMAL of that size.
 pub fn decimal(b: &[u8], p: usize, precision: usize, scale: usize, out: &mut String) -> Option<usize> {
     if scale > precision {
         return None;
