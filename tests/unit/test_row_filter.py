@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import itertools
-import json
 from pathlib import Path
 
 import pytest
@@ -48,8 +47,8 @@ def test_a_filter_is_refused_where_silver_cannot_keep_it_yet() -> None:
 
 def changes(spark, rows):  # type: ignore[no-untyped-def]
     raw = spark.createDataFrame(
-        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, None, None,
-          json.dumps({"id": str(k), "v": v, "tenant": None if t is None else str(t)}))
+        [("d.t", op, decimal.Decimal(seq), 0, "b.000001", 0, None, None, None, None,
+          [str(k), v, None if t is None else str(t)])
          for op, seq, k, v, t in rows],
         bronze.CHANGES,
     )
