@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import random
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pymysql
 import pytest
 
 from binlake.capture.context import Context
@@ -32,49 +30,28 @@ from binlake.lake.target import Target
 
 from .helpers import execute, fetch, seq
 from .test_silver_history import _killed_once_streaming
-from .workload import run_cli
+from .workload import RandomStatements, run_cli
 
 ROWS, KEYS = 200, 260
 SECRET = "SECRET-"  # every value written to a left-out column starts so
 
 
-class Writers:
+class Writers(RandomStatements):
     """Two threads changing keys 1..KEYS: the selected columns and the left-out ones together, the
     left-out ones alone (an update that changes nothing captured), deletes and inserts."""
 
-    def __init__(self, port: int, database: str, seed: int) -> None:
-        self.port, self.database, self.rnd = port, database, random.Random(seed)
-        self.stop_flag = threading.Event()
-        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(2)]
-        self.done = 0
+    keys = KEYS
 
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def stop(self) -> None:
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
-    def _work(self, n: int) -> None:
-        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
-                             autocommit=True) as conn, conn.cursor() as cur:
-            count = 0
-            while not self.stop_flag.is_set():
-                count += 1
-                token, key, op = f"w{n}-{count}", self.rnd.randint(1, KEYS), self.rnd.random()
-                if op < 0.35:
-                    cur.execute("UPDATE t SET v = %s, n = n + 1, ssn = %s WHERE id = %s", (token, SECRET + token, key))
-                elif op < 0.6:
-                    cur.execute("UPDATE t SET ssn = %s WHERE id = %s", (SECRET + token, key))
-                elif op < 0.8:
-                    cur.execute("DELETE FROM t WHERE id = %s", (key,))
-                else:
-                    cur.execute("INSERT IGNORE INTO t (id, v, n, ssn) VALUES (%s, %s, 0, %s)",
-                                (key, token, SECRET + token))
-                self.done += 1
-                time.sleep(0.02)
+    def statement(self, cur: Any, token: str, key: int, op: float) -> None:
+        if op < 0.35:
+            cur.execute("UPDATE t SET v = %s, n = n + 1, ssn = %s WHERE id = %s", (token, SECRET + token, key))
+        elif op < 0.6:
+            cur.execute("UPDATE t SET ssn = %s WHERE id = %s", (SECRET + token, key))
+        elif op < 0.8:
+            cur.execute("DELETE FROM t WHERE id = %s", (key,))
+        else:
+            cur.execute("INSERT IGNORE INTO t (id, v, n, ssn) VALUES (%s, %s, 0, %s)",
+                        (key, token, SECRET + token))
 
 
 def _config(path: Path, port: int, database: str, lake: Path, columns: str) -> Path:

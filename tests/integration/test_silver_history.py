@@ -19,7 +19,6 @@ import os
 import random
 import signal
 import subprocess
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from binlake.lake.target import Target
 from binlake.source.dialect import binlog_head
 
 from .helpers import seq
-from .workload import BINLAKE, CLI_ENV, ROOT, run_cli
+from .workload import BINLAKE, CLI_ENV, ROOT, RandomStatements, run_cli
 
 ROWS, KEYS = 200, 260  # keys above ROWS start absent: their inserts come from the writers
 Image = tuple[str, int]  # (v, n)
@@ -50,40 +49,19 @@ class Event:
     ts: int  # the event's time, Unix seconds
 
 
-class HotWriters:
+class HotWriters(RandomStatements):
     """Two threads changing keys 1..KEYS at random, each statement its own transaction, every value
     written unique (`v`) so that each version of a row is told by its image."""
 
-    def __init__(self, port: int, database: str, seed: int) -> None:
-        self.port, self.database, self.rnd = port, database, random.Random(seed)
-        self.stop_flag = threading.Event()
-        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(2)]
-        self.done = 0
+    keys = KEYS
 
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def stop(self) -> None:
-        self.stop_flag.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
-    def _work(self, n: int) -> None:
-        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
-                             autocommit=True) as conn, conn.cursor() as cur:
-            count = 0
-            while not self.stop_flag.is_set():
-                count += 1
-                token, key, op = f"w{n}-{count}", self.rnd.randint(1, KEYS), self.rnd.random()
-                if op < 0.5:
-                    cur.execute("UPDATE t SET v = %s, n = n + 1 WHERE id = %s", (token, key))
-                elif op < 0.75:
-                    cur.execute("DELETE FROM t WHERE id = %s", (key,))
-                else:
-                    cur.execute("INSERT IGNORE INTO t VALUES (%s, %s, 0)", (key, token))
-                self.done += 1
-                time.sleep(0.02)
+    def statement(self, cur: Any, token: str, key: int, op: float) -> None:
+        if op < 0.5:
+            cur.execute("UPDATE t SET v = %s, n = n + 1 WHERE id = %s", (token, key))
+        elif op < 0.75:
+            cur.execute("DELETE FROM t WHERE id = %s", (key,))
+        else:
+            cur.execute("INSERT IGNORE INTO t VALUES (%s, %s, 0)", (key, token))
 
 
 def replay(port: int, database: str, start: Any) -> dict[int, list[Event]]:

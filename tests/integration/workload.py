@@ -52,6 +52,42 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900)
                           timeout=timeout, start_new_session=True)
 
 
+class RandomStatements:
+    """Two threads changing keys 1..`keys` at random, each statement its own transaction, one every
+    20 ms a thread: `statement` picks and runs one (`op` uniform in [0, 1), `token` unique to it).
+    `done` counts the statements run."""
+
+    keys = 0
+
+    def __init__(self, port: int, database: str, seed: int) -> None:
+        self.port, self.database, self.rnd = port, database, random.Random(seed)
+        self.stop_flag = threading.Event()
+        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(2)]
+        self.done = 0
+
+    def statement(self, cur: Any, token: str, key: int, op: float) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+    def _work(self, n: int) -> None:
+        with pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", database=self.database,
+                             autocommit=True) as conn, conn.cursor() as cur:
+            count = 0
+            while not self.stop_flag.is_set():
+                count += 1
+                self.statement(cur, f"w{n}-{count}", self.rnd.randint(1, self.keys), self.rnd.random())
+                self.done += 1
+                time.sleep(0.02)
+
+
 class Writers:
     """Threads doing inserts, updates, multi-row updates, deletes and primary-key changes."""
 
@@ -67,7 +103,7 @@ class Writers:
             t.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def stop(self) -> None:
