@@ -127,7 +127,8 @@ class MicroBatch:
         b, s = self.ctx.target.bronze(name).location, self.ctx.target.silver(name).location
         # every version (SCD type 2) is a Spark MERGE: its ends come from a window over the key's history
         # and a row filter is evaluated by Spark (binlake.lake.row_filter)
-        if schema.multiset or self.ctx.shape.versions or schema.row_filter or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0)):
+        if schema.multiset or self.ctx.shape.versions or schema.row_filter \
+                or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0)):
             return None
         into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
         into_silver = arrow_commit.writable(s, silver.struct(schema, self.ctx.shape).fieldNames())

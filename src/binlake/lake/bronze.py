@@ -4,11 +4,11 @@ Both capture paths hand Spark generic change rows of text: the table, the operat
 where in the binlog it came from, and the row's encoded values (see `schema.Column.encode`) -- in
 `_vals`, the columns in order, for the binlog (`CHANGES`; rows from before `_vals` carry a JSON object
 in `_row`), as columns `_c0.._cN` for the snapshot (`flat_changes`). `typed` and `typed_flat` turn them
-into the table's typed columns by the same casts, so the snapshot and the binlog give identical values. Operations: `r` snapshot read, `c` insert, `u` update,
-`d` delete (row image before the delete), and `w`: one watermark row per snapshot chunk carrying
-its high watermark in `_file`/`_pos` and its low watermark in `_lw` (all source columns NULL) --
-the record that the chunk landed, written in the same commit as its rows. `_lw` is NULL on every
-other row.
+into the table's typed columns by the same casts, so the snapshot and the binlog give identical values.
+Operations: `r` snapshot read, `c` insert, `u` update, `d` delete (row image before the delete), and
+`w`: one watermark row per snapshot chunk carrying its high watermark in `_file`/`_pos` and its low
+watermark in `_lw` (all source columns NULL) -- the record that the chunk landed, written in the same
+commit as its rows. `_lw` is NULL on every other row.
 """
 
 from __future__ import annotations
@@ -107,8 +107,9 @@ def typed(changes: DataFrame, schema: TableSchema) -> DataFrame:
         F.lit(f"a change row of {schema.name} holds "), F.size(vals).cast("string"),
         F.lit(f" values; its schema has {n} columns"))))
     parsed = changes.withColumn("__v", checked).withColumn("__r", F.when(vals.isNull(), by_name))
-    return _typed(parsed, schema, [F.when(F.col("__v").isNotNull(), F.col("__v")[i]).otherwise(F.col("__r").getField(c.name))
-                                   for i, c in enumerate(schema.columns)])
+    each = [F.when(F.col("__v").isNotNull(), F.col("__v")[i]).otherwise(F.col("__r").getField(c.name))
+            for i, c in enumerate(schema.columns)]
+    return _typed(parsed, schema, each)
 
 
 def typed_flat(changes: DataFrame, schema: TableSchema) -> DataFrame:
