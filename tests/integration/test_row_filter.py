@@ -111,6 +111,7 @@ def test_rows_moving_into_and_out_of_the_filter_under_writers_and_a_kill(dev_db:
     print(f"{dev_db.server}: {writers.done} statements, {len(live)} rows match (seed {seed})")
 
 
+@pytest.mark.slow  # three CLI runs: in the slow tests' turns, beside the unit tests' every day
 def test_the_filter_is_spark_sql_on_both_paths_and_an_invalid_one_is_refused(dev_db: Any, database: str,
                                                                             spark: Any, tmp_path: Path) -> None:
     from binlake.commands.verify import verify
