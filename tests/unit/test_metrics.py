@@ -118,6 +118,7 @@ def test_the_figures_as_served(tmp_path: Path) -> None:
 
 def test_the_error_that_ends_a_run_is_counted_once_and_kept_without_secrets(tmp_path: Path) -> None:
     kept = tmp_path / "lake" / "_binlake" / "error.json"
+    kept.parent.mkdir(parents=True)  # a lake binlake has written to
     changed = SchemaChangedError(f"captured table db.t changed; the password {SECRET} must never show")
     with pytest.raises(SchemaChangedError), metrics.serving(cfg(tmp_path)):
         metrics.error(changed)  # the stream met it, and raised it on (it could not recover)
@@ -181,8 +182,14 @@ def test_a_query_is_caught_up_once_a_trigger_found_nothing_new(tmp_path: Path) -
         assert (served.behind.seconds() or 0) >= 30
 
 
+def test_nothing_is_kept_in_a_lake_binlake_never_wrote_to(tmp_path: Path) -> None:
+    with pytest.raises(SchemaChangedError), metrics.serving(cfg(tmp_path)):
+        raise SchemaChangedError("refused before anything was written")
+    assert not (tmp_path / "lake").exists()
+
+
 def test_a_lake_behind_a_uri_is_read_for_the_kept_error_once_spark_runs(tmp_path: Path) -> None:
     # no Spark session at the start of a run: the kept error is looked for when the stream starts
-    uri = config.load(None, ["target.path=s3a://bucket/lake", f"metrics.port={free_port()}"], env={})
+    uri = config.load(None, [f"target.path=file:{tmp_path / 'lake'}", f"metrics.port={free_port()}"], env={})
     with metrics.serving(uri) as served:
         assert served.kept_shown is False  # and the run goes on

@@ -200,7 +200,10 @@ def error(exc: BaseException) -> None:
     record = {"kind": kind, "message": message, "at": at,
               "exit_code": raised.exit_code if raised is not None else 1}
     try:
-        _metrics.error_file.write_text(json.dumps(record))
+        # only in a lake binlake has written to: a run refused before that (a server id in use, a bad
+        # setting) leaves nothing behind
+        if _metrics.error_file.parent.exists():
+            _metrics.error_file.write_text(json.dumps(record))
     except Exception as failed:  # noqa: BLE001 - a lake unreachable too: never in the way of the error itself
         log.warning("could not keep the last error in %s (%s)", _metrics.error_file, type(failed).__name__)
 
