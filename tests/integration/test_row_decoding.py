@@ -132,6 +132,28 @@ def _flat_rows(dev_db: Any, database: str, table: str, start: Any, stop: Any,
     return [tuple(row.values()) for batch in batches for row in batch.to_pylist()]
 
 
+def _watch_native(monkeypatch: Any) -> tuple[list[bool], list[bool]]:
+    """Per row event from now on: whether it had a native plan (`planned`), and whether that plan
+    encoded it (`taken`)."""
+    planned: list[bool] = []
+    taken: list[bool] = []
+    plan, appended = rowtext.Plans.plan, RowEvent.native_values
+
+    def planning(self: Any, *args: Any) -> Any:
+        found = plan(self, *args)
+        planned.append(found is not None)
+        return found
+
+    def taking(self: Any, plan: Any, values: Any) -> Any:
+        out = appended(self, plan, values)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(rowtext.Plans, "plan", planning)
+    monkeypatch.setattr(RowEvent, "native_values", taking)
+    return planned, taken
+
+
 def test_the_native_encoding_gives_the_python_path_s_rows(dev_db, database, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # every type the native encoding takes (all but TIME), latin1, utf8mb3 and gbk text, a point, a
     # vector on MySQL, text JSON must escape, inserts, updates with and without a key change, deletes,
@@ -149,24 +171,7 @@ def test_the_native_encoding_gives_the_python_path_s_rows(dev_db, database, monk
                     f"(2, '', '', '', NULL, '2020-00-15'{vec}), (3, NULL, NULL, NULL, NULL, '2024-02-29'{vec})")
         cur.execute("UPDATE esc SET id = id + 10, v = CONCAT(v, '\\t')")
         stop = binlog_head(source_connect(params(dev_db)))
-    planned = []
-    plan = rowtext.Plans.plan
-
-    def counting(self: Any, schema: Any, columns: Any, shape: Any) -> Any:
-        found = plan(self, schema, columns, shape)
-        planned.append(found is not None)
-        return found
-
-    taken = []
-    appended = RowEvent.native_values
-
-    def taking(self: Any, plan: Any, values: Any) -> Any:
-        out = appended(self, plan, values)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(rowtext.Plans, "plan", counting)
-    monkeypatch.setattr(RowEvent, "native_values", taking)
+    planned, taken = _watch_native(monkeypatch)
     native = _flat_rows(dev_db, database, "native", start, stop) + _flat_rows(dev_db, database, "esc", start, stop)
     assert planned and all(planned), "every event of both tables has a native plan"
     assert len(taken) == len(planned) and all(taken), "and every one is encoded natively"
@@ -190,24 +195,7 @@ def test_columns_left_out_are_stepped_over_by_both_encodings(dev_db, database, m
     start, stop = _write(dev_db, database, "wide", [(i, n, t) for i, (n, t, _) in enumerate(COLUMNS)])
     choice = ColumnChoice("exclude", LEFT_OUT)
     full = _flat_rows(dev_db, database, "wide", start, stop)
-    planned: list[bool] = []
-    plan = rowtext.Plans.plan
-
-    def planning(self: Any, *args: Any) -> Any:
-        found = plan(self, *args)
-        planned.append(found is not None)
-        return found
-
-    taken: list[bool] = []
-    appended = RowEvent.native_values
-
-    def taking(self: Any, plan: Any, values: Any) -> Any:
-        out = appended(self, plan, values)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(rowtext.Plans, "plan", planning)
-    monkeypatch.setattr(RowEvent, "native_values", taking)
+    planned, taken = _watch_native(monkeypatch)
     native = _flat_rows(dev_db, database, "wide", start, stop, choice)
     assert planned and all(planned), "every event has a native plan, TIME left out"
     assert len(taken) == len(planned) and all(taken), "and every one is encoded natively"
