@@ -188,8 +188,13 @@ def test_nothing_is_kept_in_a_lake_binlake_never_wrote_to(tmp_path: Path) -> Non
     assert not (tmp_path / "lake").exists()
 
 
-def test_a_lake_behind_a_uri_is_read_for_the_kept_error_once_spark_runs(tmp_path: Path) -> None:
-    # no Spark session at the start of a run: the kept error is looked for when the stream starts
+def test_a_lake_behind_a_uri_is_read_for_the_kept_error_once_spark_runs(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # no Spark session at the start of a run (another test of this worker may have left one running):
+    # the kept error is looked for when the stream starts
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
     uri = config.load(None, [f"target.path=file:{tmp_path / 'lake'}", f"metrics.port={free_port()}"], env={})
     with metrics.serving(uri) as served:
         assert served.kept_shown is False  # and the run goes on
