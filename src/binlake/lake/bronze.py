@@ -204,6 +204,10 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
     snapshot rows."""
     if not storage.table_exists(spark, location):  # the first read creates bronze
         return [_mark(int(c), None, None, None, 0) for c in chunks]
+    if arrow_commit.readable(location):
+        found = _marks_here(location, chunks)
+        return [_mark(int(c), r["hw_file"], r["hw_pos"], r["lw"], r["rows"], r["seq"]) if (r := found.get(int(c)))
+                else _mark(int(c), None, None, None, 0) for c in chunks]
     watermark = F.col("_op") == "w"
     table = spark.read.format("delta").load(location)
     lw = F.col("_lw") if "_lw" in table.columns else F.lit(None).cast("string")  # a bronze from before `_lw`
@@ -216,6 +220,21 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
                                F.max(F.when(watermark, F.col("_seq"))).alias("seq")).collect())}
     return [_mark(int(c), r["hw_file"], r["hw_pos"], r["lw"], r["rows"], r["seq"]) if (r := found.get(int(c)))
             else _mark(int(c), None, None, None, 0) for c in chunks]
+
+
+def _marks_here(location: str, chunks: list[int]) -> dict[int, dict[str, Any]]:
+    """`chunk_marks`' rows of a local bronze, by delta-rs (a Spark job costs a fresh JVM seconds)."""
+    from deltalake import DeltaTable, QueryBuilder
+
+    table = DeltaTable(location)
+    lw = "_lw" if "_lw" in [f.name for f in table.schema().fields] else "CAST(NULL AS VARCHAR)"
+    numbers = ", ".join(str(int(c)) for c in chunks) or "NULL"
+    query = f"""SELECT _chunk, max(CASE WHEN _op = 'w' THEN _file END) AS hw_file,
+                       max(CASE WHEN _op = 'w' THEN _pos END) AS hw_pos, max(CASE WHEN _op = 'w' THEN {lw} END) AS lw,
+                       count(CASE WHEN _op = 'r' THEN 1 END) AS rows, max(CASE WHEN _op = 'w' THEN _seq END) AS seq
+                FROM bronze WHERE _chunk IN ({numbers}) GROUP BY _chunk"""
+    rows = pa.table(QueryBuilder().register("bronze", table).execute(query).read_all()).to_pylist()
+    return {int(r["_chunk"]): r for r in rows}
 
 
 def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, lw: str | None, rows: int,

@@ -1,5 +1,12 @@
 """The split state: one Delta table, appended to, never updated: a chunk's planned row, then a row
-for each status it reaches (see `splits.newest`). Appends are cheap and never conflict."""
+for each status it reaches (see `splits.newest`). Appends are cheap and never conflict.
+
+A local split state is read and written by delta-rs (`binlake.lake.arrow_commit`), in milliseconds:
+Spark took 0.4-0.6 s for each of a run's dozens of small appends and reads, and 3-5 s for the first
+of them in a fresh JVM (a 1M-row snapshot spent 17 of its 58 s there). One behind a URI (S3, a
+Databricks volume), one from before a column binlake added since, or one with a feature delta-rs does
+not write, Spark keeps. Both keep Delta's log protocol and its idempotent appends (`txn`), so either
+writer continues a table the other wrote."""
 
 from __future__ import annotations
 
@@ -13,6 +20,13 @@ from binlake.lake import arrow_commit, storage
 from binlake.lake.target import CHECKPOINT_INTERVAL
 from binlake.splits import STATUS_RANK, Split, newest
 
+# the columns SCHEMA names, as Arrow types (delta-rs) and Delta's own type names (a table it creates)
+COLUMNS = (("table", "string"), ("table_no", "integer"), ("chunk", "integer"), ("group_id", "long"),
+           ("start", "string"), ("end", "string"), ("status", "string"), ("hw_file", "string"), ("hw_pos", "long"),
+           ("rows", "long"), ("lw_file", "string"), ("lw_pos", "long"), ("epoch", "integer"),
+           ("updated_at", "timestamp"))
+PROPERTIES = {"delta.checkpointInterval": CHECKPOINT_INTERVAL}
+
 SCHEMA = (
     "table STRING, table_no INT, chunk INT, group_id BIGINT, start STRING, `end` STRING, status STRING, "
     "hw_file STRING, hw_pos BIGINT, rows BIGINT, lw_file STRING, lw_pos BIGINT, epoch INT, updated_at TIMESTAMP"
@@ -22,23 +36,45 @@ SCHEMA = (
 def _exists(spark: SparkSession, path: str) -> bool:
     from delta.tables import DeltaTable
 
+    if storage.is_local(path):
+        return storage.has_commit(path)
     return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def _here(path: str) -> bool:
+    """Whether delta-rs keeps the split state at `path` (see the module)."""
+    return storage.is_local(path) and arrow_commit.ARROW_ROWS > 0
 
 
 def ensure(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
     storage.clear_uncommitted(path, lambda: spark)
-    if not _exists(spark, path):
+    if _here(path):
+        arrow_commit.create(path, _struct(), PROPERTIES)
+    elif not _exists(spark, path):
         (DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], SCHEMA).schema)
          .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())
 
 
+def _struct() -> Any:
+    from pyspark.sql import types as T
+
+    kinds = {"string": T.StringType(), "integer": T.IntegerType(), "long": T.LongType(),
+             "timestamp": T.TimestampType()}
+    return T.StructType([T.StructField(name, kinds[kind]) for name, kind in COLUMNS])
+
+
 def _append(spark: SparkSession, path: str, splits: Iterable[Split], app_id: str | None = None,
             version: int | None = None) -> None:
-    """Blind appends: concurrent fan-out tasks never conflict on them, and no row is rewritten."""
+    """Blind appends: concurrent fan-out tasks never conflict on them, and no row is rewritten. With
+    `app_id`, the append is skipped when the table has (app_id, `version`) or a later one already."""
     rows = [s.to_dict() for s in splits]
     if not rows:
+        return
+    table = arrow_commit.writable(path, [name for name, _ in COLUMNS]) if _here(path) else None
+    if table is not None:
+        _append_here(table, rows, app_id, version)
         return
     df = spark.createDataFrame(rows, SCHEMA.replace(", updated_at TIMESTAMP", "")).withColumn(
         "updated_at", F.current_timestamp()
@@ -48,6 +84,26 @@ def _append(spark: SparkSession, path: str, splits: Iterable[Split], app_id: str
     if app_id is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", version)
     writer.save(path)
+
+
+def _append_here(table: Any, rows: list[dict[str, Any]], app_id: str | None, version: int | None) -> None:
+    """`_append` by delta-rs, with Spark's `txnAppId`/`txnVersion` rule for a keyed append."""
+    import datetime
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    commit = None
+    if app_id is not None and version is not None:
+        held = table.transaction_version(app_id)
+        if held is not None and held >= version:
+            return  # written before: a retried batch
+        commit = CommitProperties(app_transactions=[Transaction(app_id, version)])
+    kinds = {"string": pa.string(), "integer": pa.int32(), "long": pa.int64(), "timestamp": pa.timestamp("us", "UTC")}
+    now = datetime.datetime.now(datetime.timezone.utc)
+    schema = pa.schema([pa.field(name, kinds[kind]) for name, kind in COLUMNS])
+    data = pa.Table.from_pylist([{**r, "updated_at": now} for r in rows], schema=schema)
+    write_deltalake(table, data, mode="append", commit_properties=commit)
 
 
 def add_planned(spark: SparkSession, path: str, splits: list[Split]) -> None:
@@ -88,17 +144,24 @@ def load(spark: SparkSession, path: str, group_size: int, tables: list[str] | No
 
 
 def _read_here(path: str, tables: list[str] | None, groups: list[int] | None) -> list[dict[str, Any]]:
-    """`load`'s rows of a local split state, read by delta-rs: a stream's start asks for them before
-    anything else in the lake, and a first Spark read of a Delta table costs a fresh JVM about 8 s."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    """`load`'s rows of a local split state, read by delta-rs."""
+    return _sql(path, "SELECT * FROM splits" + _where(tables, groups))
 
+
+def _where(tables: list[str] | None, groups: list[int] | None = None) -> str:
     where = []
     if tables is not None:
         where.append('"table" IN (' + (", ".join("'" + t.replace("'", "''") + "'" for t in tables) or "NULL") + ")")
     if groups is not None:
         where.append("group_id IN (" + (", ".join(str(int(g)) for g in groups) or "NULL") + ")")
-    query = "SELECT * FROM splits" + (" WHERE " + " AND ".join(where) if where else "")
+    return " WHERE " + " AND ".join(where) if where else ""
+
+
+def _sql(path: str, query: str) -> list[dict[str, Any]]:
+    """The rows of `query` over the local split state at `path` (the table `splits`), by delta-rs."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
     rows = pa.table(QueryBuilder().register("splits", DeltaTable(path)).execute(query).read_all())
     return rows.to_pylist()  # type: ignore[no-any-return]
 
@@ -119,9 +182,12 @@ def groups(spark: SparkSession, path: str, below: str,
     group only (a 10^8-row table has under a thousand)."""
     if not _exists(spark, path):
         return {}, {}
-    landed = F.when(F.col("rank") >= STATUS_RANK["landed"], 1).otherwise(0)
-    rows = (_chunk_ranks(spark, path, tables).groupBy("table", "group_id")
-            .agg(F.min("rank").alias("least"), F.count("*").alias("n"), F.sum(landed).alias("landed")).collect())
+    if arrow_commit.readable(path):
+        rows: list[Any] = _group_ranks_here(path, tables)
+    else:
+        landed = F.when(F.col("rank") >= STATUS_RANK["landed"], 1).otherwise(0)
+        rows = (_chunk_ranks(spark, path, tables).groupBy("table", "group_id")
+                .agg(F.min("rank").alias("least"), F.count("*").alias("n"), F.sum(landed).alias("landed")).collect())
     unfinished: dict[str, list[int]] = {}
     counts: dict[str, tuple[int, int]] = {}
     for r in sorted(rows, key=lambda r: (r["table"], r["group_id"])):
@@ -130,6 +196,17 @@ def groups(spark: SparkSession, path: str, below: str,
         n, done = counts.get(r["table"], (0, 0))
         counts[r["table"]] = (n + int(r["n"]), done + int(r["landed"] or 0))
     return unfinished, counts
+
+
+def _group_ranks_here(path: str, tables: list[str] | None) -> list[dict[str, Any]]:
+    """`groups`' rows per (table, group) of a local split state, by delta-rs: the same ranks as `_chunk_ranks`."""
+    rank = "CASE status " + " ".join(f"WHEN '{s}' THEN {r}" for s, r in STATUS_RANK.items()) + " ELSE 0 END"
+    return _sql(path, f"""
+        WITH ranks AS (SELECT "table", chunk, max(group_id) AS group_id, max({rank}) AS rank
+                       FROM splits{_where(tables)} GROUP BY "table", chunk)
+        SELECT "table", group_id, min(rank) AS least, count(*) AS n,
+               sum(CASE WHEN rank >= {STATUS_RANK["landed"]} THEN 1 ELSE 0 END) AS landed
+        FROM ranks GROUP BY "table", group_id""")
 
 
 def open_groups(spark: SparkSession, path: str, below: str, tables: list[str] | None = None) -> dict[str, list[int]]:
@@ -142,11 +219,23 @@ def planned(spark: SparkSession, path: str) -> tuple[dict[str, int], dict[str, S
     same bounds but the open last split's once cut again, and that one is never the highest.)"""
     if not _exists(spark, path):
         return {}, {}
+    if arrow_commit.readable(path):
+        return _planned_here(path)
     df = spark.read.format("delta").load(path)
     rows = (df.groupBy("table").agg(F.max("table_no").alias("n"),
                                     F.max_by(F.struct(*df.columns), F.col("chunk")).alias("last")).collect())
     return ({r["table"]: int(r["n"]) for r in rows},
             {r["table"]: Split.from_dict(r["last"].asDict()) for r in rows})
+
+
+def _planned_here(path: str) -> tuple[dict[str, int], dict[str, Split]]:
+    """`planned` of a local split state, by delta-rs (a row of each table's highest chunk: any of them)."""
+    rows = _sql(path, """
+        SELECT s.*, m.n AS __n FROM splits s
+        JOIN (SELECT "table", max(table_no) AS n, max(chunk) AS c FROM splits GROUP BY "table") m
+          ON s."table" = m."table" AND s.chunk = m.c""")
+    numbers = {r["table"]: int(r.pop("__n")) for r in rows}
+    return numbers, {r["table"]: Split.from_dict(r) for r in rows}
 
 
 RETIRED = "retired:"
