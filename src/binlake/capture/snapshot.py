@@ -75,6 +75,8 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
     group_size = int(ctx.cfg.get("snapshot.group-size"))
     table = schema.name
     landed: list[Split] = []
+    # silver's rows if every apply was recorded (see apply_to_silver)
+    held = split_state.applied_rows(ctx.session(), ctx.target.split_state, table) if apply_silver else None
     for at in range(0, len(chosen), GROUP_WINDOW):
         window = split_state.load(ctx.session(), ctx.target.split_state, group_size, [table],
                                   chosen[at:at + GROUP_WINDOW]).get(table, [])
@@ -87,10 +89,18 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
         for group in sorted(by_group):
             landed += read_any(ctx, schema, by_group[group], progress)
             if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
-                apply_to_silver(ctx, schema, landed)
+                apply_to_silver(ctx, schema, landed, held=held)
+                held = _plus(held, landed)
                 landed = []
     if apply_silver:
-        apply_to_silver(ctx, schema, landed)
+        apply_to_silver(ctx, schema, landed, held=held)
+
+
+def _plus(held: int | None, applied: list[Split]) -> int | None:
+    """`held` (see apply_to_silver) after the chunks `applied` were applied."""
+    if held is None or any(s.rows is None for s in applied):
+        return None
+    return held + sum(s.rows or 0 for s in applied)
 
 
 def in_groups(splits: Iterable[Split]) -> dict[int, list[Split]]:
@@ -178,10 +188,12 @@ class Reading:
         created = not storage.table_exists(self.ctx.session(), self.ctx.target.bronze(schema.name).location)
         by_group = in_groups(splits)
         landed: list[Split] = []
+        held = split_state.applied_rows(self.ctx.session(), self.ctx.target.split_state, schema.name)
         for group in sorted(by_group):
             landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False)
             if sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS or group == max(by_group):
-                apply_to_silver(self.ctx, schema, landed, record=False)
+                apply_to_silver(self.ctx, schema, landed, record=False, held=held)
+                held = _plus(held, landed)
                 self.applied([s.applied() for s in landed])
                 landed = []
         if created:
@@ -338,16 +350,28 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
     return landed
 
 
-def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split], record: bool = True) -> None:
+def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split], record: bool = True,
+                    held: int | None = None) -> None:
     """Apply landed chunks' rows to silver in one MERGE, then record them done (both idempotent;
-    unless `record` is False: the caller records them later)."""
+    unless `record` is False: the caller records them later).
+
+    `held` is how many rows silver holds if every apply so far was recorded (the rows of the chunks
+    recorded done, and of those this process applied since), or None. When silver holds exactly
+    that many, no row of `landed` is there: an apply commits all its rows or none, every row of a
+    chunk is one key of its own, and nothing else reaches silver during a snapshot (see
+    `silver.insert_snapshot`). The rows are then appended; after a crash between an apply and its
+    record the count is higher, and the insert-only MERGE skips the rows already there. A filtered
+    table's silver holds only the rows that match, so its count proves nothing: it is MERGEd."""
     if not landed:
         return
     spark = ctx.session()
     b = ctx.target.bronze(schema.name).location
+    location = ctx.target.silver(schema.name).location
     chunks = [s.index for s in landed]
     rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
-    silver.insert_snapshot(spark, schema, rows, ctx.target.silver(schema.name).location, b, ctx.shape)
+    fresh = held is not None and not schema.row_filter and not schema.multiset \
+        and silver.row_count(spark, location) == held
+    silver.insert_snapshot(spark, schema, rows, location, b, ctx.shape, fresh=fresh)
     faults.point("after_silver_chunks", schema.name)
     if record:
         split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])

@@ -48,6 +48,19 @@ def usable(location: str, names: list[str], rows: int, size: int = 0) -> bool:
         and not any("`" in n for n in names)
 
 
+def local(location: str) -> bool:
+    """Whether delta-rs may keep the table at `location`: a local path, while commits here are on."""
+    return 0 < ARROW_ROWS and storage.is_local(location)
+
+
+def ensure(location: str, struct: Any, properties: dict[str, str]) -> bool:
+    """Create the empty local table at `location` here unless one is there (a creation cut short is
+    cleared first; Spark's first Delta create costs a fresh JVM about two seconds). Whether this call
+    created it."""
+    storage.clear_uncommitted(location)
+    return create(location, struct, properties)
+
+
 # the reader features delta-rs's SQL engine reads (not type widening: docs/design.md#readers)
 READER_FEATURES = frozenset({"columnMapping", "deletionVectors", "timestampNtz"})
 
@@ -57,7 +70,7 @@ def readable(location: str) -> bool:
     reader feature outside READER_FEATURES)."""
     from deltalake import DeltaTable
 
-    if ARROW_ROWS <= 0 or not storage.is_local(location) or not storage.has_commit(location):
+    if not local(location) or not storage.has_commit(location):
         return False
     return set(DeltaTable(location).protocol().reader_features or []) <= READER_FEATURES
 

@@ -146,7 +146,9 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema) -> Non
     """Create bronze, empty, unless it exists."""
     from delta.tables import DeltaTable
 
-    if not storage.table_exists(spark, location):
+    if arrow_commit.local(location):
+        arrow_commit.ensure(location, struct(schema), PROPERTIES)
+    elif not storage.table_exists(spark, location):
         builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema))
         for key, value in PROPERTIES.items():
             builder = builder.property(key, value)

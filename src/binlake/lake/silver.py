@@ -73,15 +73,27 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema, shape:
     from delta.tables import DeltaTable
 
     row_filter.check(spark, schema)
-    if not storage.table_exists(spark, location):
+    if arrow_commit.local(location):
+        if arrow_commit.ensure(location, struct(schema, shape), PROPERTIES):
+            return
+    elif not storage.table_exists(spark, location):
         builder = DeltaTable.createIfNotExists(spark).location(location).addColumns(struct(schema, shape))
         for key, value in PROPERTIES.items():
             builder = builder.property(key, value)
         builder.execute()
         return
-    wrong = shape.mismatch(location, spark.read.format("delta").load(location).columns)
+    wrong = shape.mismatch(location, columns(spark, location))
     if wrong:
         raise ConfigError(wrong)
+
+
+def columns(spark: SparkSession, location: str) -> list[str]:
+    """The columns of the silver table at `location` (a local one read by delta-rs, at once)."""
+    if arrow_commit.readable(location):
+        from deltalake import DeltaTable
+
+        return [f.name for f in DeltaTable(location).schema().fields]
+    return list(spark.read.format("delta").load(location).columns)
 
 
 def latest_per_key(changes: DataFrame, key: list[str]) -> DataFrame:
@@ -228,8 +240,21 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str, shape: Sh
     return True
 
 
+def row_count(spark: SparkSession, location: str) -> int:
+    """The rows of the silver table at `location` (0 before it is created): a local one counted by
+    delta-rs, else by Spark."""
+    if not storage.table_exists(spark, location):
+        return 0
+    if arrow_commit.readable(location):
+        from deltalake import DeltaTable, QueryBuilder
+
+        found = QueryBuilder().register("silver", DeltaTable(location)).execute("SELECT count(*) AS n FROM silver")
+        return int(pa.table(found.read_all()).column("n")[0].as_py())
+    return int(spark.read.format("delta").load(location).count())
+
+
 def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, silver: str, bronze: str,
-                    shape: Shape = PLAIN) -> None:
+                    shape: Shape = PLAIN, fresh: bool = False) -> None:
     """Snapshot rows (`r`) of landed chunks into silver, locally, before the stream starts.
 
     Each key is in one chunk and each chunk's rows are in bronze once, and nothing but these chunks
@@ -237,7 +262,9 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
     again starts from an empty silver). So a row is inserted unless its key is there already, which
     happens only when the same chunk is applied again after a crash: an insert-only MERGE, with no
     ordering window, no look at bronze and no rewrite of silver's files; a silver not yet created is
-    created with the rows, in one commit. Key-less tables are recounted (`apply_multiset`) as always.
+    created with the rows, in one commit. When the caller knows no row of these chunks is there
+    (`fresh`, see `binlake.capture.snapshot.apply_to_silver`), they are appended: no join with silver at
+    all. Key-less tables are recounted (`apply_multiset`) as always.
     In every shape a snapshot row is its key's one version so far, live and current (`shaped`).
     """
     from delta.tables import DeltaTable
@@ -247,10 +274,11 @@ def insert_snapshot(spark: SparkSession, schema: TableSchema, rows: DataFrame, s
         apply_multiset(spark, schema, rows, silver, bronze)
         return
     rows = shaped(row_filter.matching(rows, schema), shape)
-    if not storage.table_exists(spark, silver):  # created with the snapshot's first rows: one commit
+    created = not storage.table_exists(spark, silver)
+    if fresh or created:  # created with the snapshot's first rows: one commit
+        writer = rows.select(*[F.col(sql_name(f.name)) for f in struct(schema, shape).fields]).write.format("delta")
         faults.point("mid_merge", schema.name)
-        rows.select(*[F.col(sql_name(f.name)) for f in struct(schema, shape).fields]).write.format("delta") \
-            .options(**PROPERTIES).save(silver)
+        (writer.options(**PROPERTIES) if created else writer.mode("append")).save(silver)
         return
     cols = {sql_name(c.name): f"s.{sql_name(c.name)}" for c in schema.columns}
     cols.update({n: f"s.{n}" for n in ["_seq", "_ts", *shape.columns()]})

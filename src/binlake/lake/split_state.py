@@ -41,18 +41,14 @@ def _exists(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
-def _here(path: str) -> bool:
-    """Whether delta-rs keeps the split state at `path` (see the module)."""
-    return storage.is_local(path) and arrow_commit.ARROW_ROWS > 0
-
-
 def ensure(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
+    if arrow_commit.local(path):
+        arrow_commit.ensure(path, _struct(), PROPERTIES)
+        return
     storage.clear_uncommitted(path, lambda: spark)
-    if _here(path):
-        arrow_commit.create(path, _struct(), PROPERTIES)
-    elif not _exists(spark, path):
+    if not _exists(spark, path):
         (DeltaTable.createIfNotExists(spark).location(path).addColumns(spark.createDataFrame([], SCHEMA).schema)
          .property("delta.checkpointInterval", CHECKPOINT_INTERVAL).execute())
 
@@ -72,7 +68,7 @@ def _append(spark: SparkSession, path: str, splits: Iterable[Split], app_id: str
     rows = [s.to_dict() for s in splits]
     if not rows:
         return
-    table = arrow_commit.writable(path, [name for name, _ in COLUMNS]) if _here(path) else None
+    table = arrow_commit.writable(path, [name for name, _ in COLUMNS]) if arrow_commit.local(path) else None
     if table is not None:
         _append_here(table, rows, app_id, version)
         return
@@ -236,6 +232,22 @@ def _planned_here(path: str) -> tuple[dict[str, int], dict[str, Split]]:
           ON s."table" = m."table" AND s.chunk = m.c""")
     numbers = {r["table"]: int(r.pop("__n")) for r in rows}
     return numbers, {r["table"]: Split.from_dict(r) for r in rows}
+
+
+def applied_rows(spark: SparkSession, path: str, table: str) -> int | None:
+    """The snapshot rows of `table`'s chunks recorded done (each chunk once, however often recorded),
+    or None when a done chunk's count is unknown."""
+    if not _exists(spark, path):
+        return 0
+    if arrow_commit.readable(path):
+        row = _sql(path, f"""SELECT sum(r) AS total, count(*) - count(r) AS unknown FROM (
+                               SELECT chunk, max("rows") AS r FROM splits
+                               WHERE "table" = '{table.replace("'", "''")}' AND status = 'done' GROUP BY chunk)""")[0]
+    else:
+        row = (spark.read.format("delta").load(path).where((F.col("table") == table) & (F.col("status") == "done"))
+               .groupBy("chunk").agg(F.max("rows").alias("r"))
+               .agg(F.sum("r").alias("total"), (F.count("*") - F.count("r")).alias("unknown")).first().asDict())
+    return None if row["unknown"] else int(row["total"] or 0)
 
 
 RETIRED = "retired:"
