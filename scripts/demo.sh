@@ -43,7 +43,7 @@ wait_for() {  # wait_for <seconds> <test command...>
 wait_for 600 test -e lake/_binlake/checkpoint/commits/0
 echo "demo: snapshot done, streaming; making live changes in the source"
 mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$port" -u root shop -e "
-  UPDATE customers SET email = CONCAT('vip+', email) WHERE id <= 3;
+  UPDATE customers SET full_name = CONCAT(full_name, ' (VIP)'), email = CONCAT('vip+', email) WHERE id <= 3;
   INSERT INTO orders (customer_id, status, total, ordered_at) VALUES (1, 'new', 42.00, NOW(6));
   DELETE FROM order_lines WHERE order_id = 2;"
 batches() { python3 -c "import json;print(json.load(open('lake/_binlake/stream.json'))['batch'])" 2>/dev/null || echo -1; }

@@ -14,12 +14,13 @@ from binlake import __version__, stop
 from binlake import config as config_mod
 from binlake.capture import metrics
 from binlake.capture.context import Context
+from binlake.commands.check import check, options_in_use
 from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
 from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
 from binlake.source import binlog_types
-from binlake.source.validation import check_server_ids, inspect
+from binlake.source.validation import check_server_ids
 
 log = logging.getLogger("binlake")
 
@@ -58,14 +59,17 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    problems, encrypted = inspect(cfg)
-    for p in problems:
+    found = check(cfg)
+    for p in found.problems:
         print(p, file=sys.stderr)
-    if problems:
+    if found.problems:
         return 2
     print("source ok: binlog on, ROW format, FULL row image and metadata, privileges present")
+    options = options_in_use(cfg)
+    if options:
+        print(f"capture options ok: {options} fit the captured tables")
     mode = cfg.get("source.tls.mode")
-    print(f"connection encrypted: {encrypted} (source.tls.mode={mode})" if encrypted else
+    print(f"connection encrypted: {found.encrypted} (source.tls.mode={mode})" if found.encrypted else
           f"connection NOT encrypted (source.tls.mode={mode}): set source.tls.mode=required or stricter to "
           "refuse a plain connection")
     return 0
@@ -188,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("status", cmd_status, "per table: chunks, rows, phase, binlog position and lag")
     p.add_argument("--json", action="store_true", help="one JSON object")
     command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")
-    command("check", cmd_check, "verify the source server is set up for binlake")
+    command("check", cmd_check,
+            "verify the source server is set up for binlake, and the capture options fit its tables")
     p = command("dev-db", cmd_dev_db, "a private MariaDB or MySQL server for the demo and the tests", config=False)
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--server", choices=["mariadb", "mysql"], default="mariadb",

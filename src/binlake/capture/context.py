@@ -24,7 +24,7 @@ from binlake.lake.silver_shape import Shape
 from binlake.lake.target import Target
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
-from binlake.source.catalog import captured_tables, load_schema
+from binlake.source.catalog import captured_tables, load_captured
 from binlake.source.connection import Connections, connect
 from binlake.source.dialect import Dialect, binlog_head
 from binlake.source.identity import Lineage, identify
@@ -36,6 +36,15 @@ from binlake.spark.session import get_spark
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def refusals(schemas: list[TableSchema], shape: Shape) -> list[str]:
+    """Why a run refuses to capture these tables in this silver shape, one line each, before it reads
+    any of them: a column it cannot map (`TableSchema.refusal`), soft deletes or history on a table
+    without a unique key (`Shape.refusal`), a row filter it cannot keep (`Shape.filter_refusal`).
+    `binlake check` reports the same lines."""
+    return [r for r in [*map(TableSchema.refusal, schemas), *map(shape.refusal, schemas),
+                        *map(shape.filter_refusal, schemas)] if r]
 
 
 @dataclass
@@ -126,17 +135,13 @@ class Context:
                         f"source.tables {self.cfg.tables} matches no table on the server; binlake needs at "
                         "least one: fix the regexes (they match 'db.table' in full)"
                     )
-                chunk_keys, chosen = self.cfg.get("source.chunk-key"), self.cfg.column_choices
                 # a list is checked against the table at its first capture: a column it names may be
                 # dropped since, and the list stays the one the table was captured with
-                filters = self.cfg.get("source.row-filter")
-                loaded = [load_schema(conn, d, t, chunk_keys, chosen.get(f"{d}.{t}"),
-                                      strict=not self.history(f"{d}.{t}").exists(), row_filter=filters.get(f"{d}.{t}"))
+                loaded = [load_captured(conn, self.cfg, d, t, strict=not self.history(f"{d}.{t}").exists())
                           for d, t in tables]
-                refused = next((r for r in [*map(TableSchema.refusal, loaded), *map(self.shape.refusal, loaded),
-                                            *map(self.shape.filter_refusal, loaded)] if r), None)
+                refused = refusals(loaded, self.shape)
                 if refused:
-                    raise ConfigError(refused)
+                    raise ConfigError(refused[0])
                 self._schemas = {s.name: self._captured(s) for s in loaded}
             finally:
                 conn.close()

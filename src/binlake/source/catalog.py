@@ -9,6 +9,7 @@ import pymysql
 import pymysql.cursors
 
 from binlake.columns import ColumnChoice
+from binlake.config import Config
 from binlake.errors import ConfigError, RuntimeFailure
 from binlake.schema import Column, TableSchema
 
@@ -106,3 +107,14 @@ def load_schema(
             raise ConfigError(why)
         cols = tuple(c for c in cols if c.in_key or choice.keeps(c.name))
     return TableSchema(database, table, cols, pk, configured, bool(configured) and key_unique, choice, row_filter)
+
+
+def load_captured(conn: pymysql.connections.Connection, cfg: Config, database: str, table: str,
+                  strict: bool = True) -> TableSchema:
+    """A captured table's schema as the configuration takes it: its `source.chunk-key`, its
+    `source.columns` list and its `source.row-filter`. The run loads each table through here, and so
+    does `binlake check`, so that the check refuses exactly what a run would (`strict` as for
+    `load_schema`: true at the table's first capture)."""
+    name = f"{database}.{table}"
+    return load_schema(conn, database, table, cfg.get("source.chunk-key"), cfg.column_choices.get(name),
+                       strict=strict, row_filter=cfg.get("source.row-filter").get(name))

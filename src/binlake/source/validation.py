@@ -5,12 +5,18 @@ can see) and turns every gap into one line naming the setting, the value found, 
 the fix. An empty list means the source is ready. Gathering and judging are separate so that the
 judging rules can be exercised with facts no local server produces (a MySQL 8.0.13 without
 `binlog_row_metadata`, say).
+
+It also loads the captured tables as a run loads them, with their chunk keys and column lists, and
+reports each one a run would refuse to load; `binlake.commands.check` judges those schemas against
+the capture options on top (what silver keeps, the row filters), which this side of the package
+cannot see.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pymysql
@@ -18,7 +24,7 @@ import pymysql
 from binlake.config import MASK, Config, ServerIdRange
 from binlake.errors import ConfigError
 from binlake.schema import TableSchema
-from binlake.source.catalog import load_schema
+from binlake.source.catalog import load_captured, matches
 from binlake.source.connection import connect, encryption, settings, tls_refusal
 from binlake.source.dialect import Dialect, registered_replicas
 
@@ -185,7 +191,7 @@ class SourceFacts:
             grants = tuple(str(row[0]) for row in cur.fetchall())
             cur.execute(
                 "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-                "WHERE TABLE_TYPE = 'BASE TABLE'"
+                "WHERE TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_SCHEMA, TABLE_NAME"
             )
             visible = tuple(f"{db}.{table}" for db, table in cur.fetchall())
         user, _, host = str(current_user).rpartition("@")
@@ -284,8 +290,8 @@ def _privilege_problems(facts: SourceFacts, table_patterns: list[str]) -> list[s
 
 
 def _captured(facts: SourceFacts, table_patterns: list[str]) -> list[str]:
-    compiled = [re.compile(p) for p in table_patterns]
-    return [t for t in facts.visible_tables if any(p.fullmatch(t) for p in compiled)]
+    """The visible tables a run captures (`binlake.source.catalog.matches`)."""
+    return [t for t in facts.visible_tables if matches(table_patterns, *t.split(".", 1))]
 
 
 def _table_match_problems(facts: SourceFacts, table_patterns: list[str]) -> list[str]:
@@ -357,30 +363,58 @@ def _source_problem(cfg: Config, what: str, exc: Exception) -> str:
 
 
 def check(cfg: Config) -> list[str]:
-    """One line per problem with the source setup; an empty list means binlake can run."""
-    return inspect(cfg)[0]
+    """One line per problem with the source setup; an empty list means binlake can run. The tables'
+    own refusals and the capture options are judged by `binlake.commands.check` on top."""
+    return inspect(cfg).problems
 
 
-def inspect(cfg: Config) -> tuple[list[str], str | None]:
-    """The check's problems, and how the connection is encrypted ("TLSv1.3 <cipher>"; None: it is not)."""
+@dataclass(frozen=True)
+class Inspection:
+    """What `inspect` found: the problems, how the connection is encrypted ("TLSv1.3 <cipher>"; None: it
+    is not, or there is none), and when the server answered, its facts and the captured tables'
+    schemas as a run loads them."""
+
+    problems: list[str]
+    encrypted: str | None = None
+    facts: SourceFacts | None = None
+    schemas: tuple[TableSchema, ...] = ()
+
+
+def inspect(cfg: Config, captured_before: Callable[[str], bool] = lambda name: False) -> Inspection:
+    """The source's setup, checked. `captured_before(db.table)`: whether the lake holds the table
+    already, whose column list was then checked at its first capture (`load_captured`'s `strict`)."""
     params = cfg.connection()
     try:
         conn = pymysql.connect(**settings(params), charset="utf8mb4")
     except pymysql.MySQLError as exc:
         refused = tls_refusal(params, exc)
         if refused:
-            return [f"cannot connect to source.hostname={params['host']} source.port={params['port']}: {refused}"], None
-        return [_source_problem(cfg, "cannot connect to", exc)], None
+            where = f"source.hostname={params['host']} source.port={params['port']}"
+            return Inspection([f"cannot connect to {where}: {refused}"])
+        return Inspection([_source_problem(cfg, "cannot connect to", exc)])
     try:
         facts = SourceFacts.read(conn)
         replicas = registered_replicas(conn)
         encrypted = encryption(conn)
-        schemas = [load_schema(conn, *name.split(".", 1)) for name in _captured(facts, cfg.tables)]
-        refusals = [r for r in map(TableSchema.refusal, schemas) if r]
+        schemas, refused_tables = _load(conn, cfg, _captured(facts, cfg.tables), captured_before)
     except pymysql.MySQLError as exc:
-        return [_source_problem(cfg, "cannot read the setup of", exc)], None
+        return Inspection([_source_problem(cfg, "cannot read the setup of", exc)])
     finally:
         conn.close()
     log.info("source %s is %s, account %s", cfg.get("source.hostname"), facts.version, facts.account)
     ids = server_id_problem(cfg.server_ids, cfg.get("source.server-id"), replicas)
-    return problems(facts, cfg.tables) + refusals + ([ids] if ids else []), encrypted
+    found = problems(facts, cfg.tables) + refused_tables + ([ids] if ids else [])
+    return Inspection(found, encrypted, facts, tuple(schemas))
+
+
+def _load(conn: pymysql.connections.Connection, cfg: Config, names: list[str],
+          captured_before: Callable[[str], bool]) -> tuple[list[TableSchema], list[str]]:
+    """The captured tables' schemas as a run loads them, and the line of each table a run refuses to
+    load: no key to chunk by, a `source.chunk-key` or `source.columns` list that does not fit it."""
+    schemas, refused = [], []
+    for name in names:
+        try:
+            schemas.append(load_captured(conn, cfg, *name.split(".", 1), strict=not captured_before(name)))
+        except ConfigError as exc:
+            refused.append(exc.message)
+    return schemas, refused

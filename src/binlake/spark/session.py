@@ -81,6 +81,15 @@ def submit_args(java: str) -> str:
             f"--driver-java-options {shlex.quote(java)} pyspark-shell")
 
 
+def quiet_python_loggers() -> None:
+    """binlake reports each failure in one line; the loggers that would print it again, whole, are
+    silenced: py4j's (a foreachBatch function's exception with its traceback), and pyspark's query
+    context loggers (an analysis error, such as a row filter naming no column, as JSON with the JVM's
+    stack trace)."""
+    for name in ("py4j.clientserver", "SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
 def launched() -> bool:
     """Whether a launcher started Spark for this process: spark-submit runs a Python driver with the
     address of the JVM it started, and a process that made a SparkContext itself has one running."""
@@ -107,8 +116,7 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     if log_file is not None:  # read by log4j2.properties when the JVM starts (an inherited one is replaced)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         os.environ["BINLAKE_SPARK_LOG"] = str(log_file)
-    # py4j logs a foreachBatch function's exception with its traceback; binlake reports it in one line
-    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    quiet_python_loggers()
     conf = SparkConf().setMaster(f"local[{max(1, parallelism)}]").setAppName(app_name).setAll([
         *SETTINGS,
         ("spark.sql.shuffle.partitions", str(max(2, parallelism))),
@@ -132,7 +140,7 @@ def launcher_session(app_name: str = "binlake"):  # type: ignore[no-untyped-def]
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
 
-    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    quiet_python_loggers()
     SparkContext._ensure_initialized()  # connects to the launcher's JVM
     assert SparkContext._jvm is not None
     if not SparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable("io.delta.sql.DeltaSparkSessionExtension"):
