@@ -10,6 +10,8 @@ pipeline registered, which the test compares with the captured tables.
 
 from __future__ import annotations
 
+import dataclasses
+import decimal
 import json
 import os
 import subprocess
@@ -33,7 +35,10 @@ from binlake.databricks import pipeline_source, stream_job
 from binlake.databricks.entrypoints import snapshot_main
 from binlake.errors import ConfigError, RuntimeFailure
 from binlake.spark.session import delta_jars
+from binlake.lake.bronze import CHANGES, typed
+from binlake.lake.silver_shape import DELETED, Shape
 from binlake.lake.target import Target
+from binlake.schema import Column, TableSchema
 
 from .conftest import ROOT
 
@@ -56,6 +61,11 @@ class Shop:
     def columns(self) -> str:
         """source.columns: the orders' note is left out (the pipeline must be given the same list)."""
         return f"{{{self.database}.orders: {{exclude: [note]}}}}"
+
+    @property
+    def row_filter(self) -> str:
+        """source.row-filter: silver keeps the orders over 10 (the pipeline must be given the same one)."""
+        return f"{{{self.database}.orders: 'amount > 10'}}"
 
 
 def shop_config(port: int, database: str, lake: Path, *extra: str) -> Config:
@@ -81,8 +91,9 @@ def shop(dev_db: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> I
         cur.executemany(f"INSERT INTO `{database}`.order_lines VALUES (%s, %s, %s)",
                         [(o, n, f"sku-{o}-{n}") for o in range(1, 6) for n in range(1, 4)])
         conn.commit()
+    named = Shop(database, 0, None)  # type: ignore[arg-type]
     cfg = shop_config(dev_db.running_port(), database, tmp_path_factory.mktemp("lake"),
-                      f"source.columns={Shop(database, 0, None).columns}")  # type: ignore[arg-type]
+                      f"source.columns={named.columns}", f"source.row-filter={named.row_filter}")
     plan(cfg)
     snapshot(cfg)
     yield Shop(database, dev_db.running_port(), cfg)
@@ -270,21 +281,48 @@ def test_silver_history_is_the_scd_type_and_scd_type_its_older_spelling() -> Non
         pipeline_source.scd_type({"binlake.silver.history": "1", "binlake.silver.scd-type": "2"}.get)
 
 
-@pytest.mark.parametrize("soft", [False, True])
-def test_soft_deletes_leave_apply_as_deletes_out(soft: bool) -> None:
-    """Soft: a delete is applied as the row's last image (its `_deleted` column set in the view), so
-    AUTO CDC gets no `apply_as_deletes`; type 2 is passed as `stored_as_scd_type`."""
-    calls: list[dict[str, object]] = []
+# a snapshot row, an update and a delete each of a row in the filter (ids 1, 3, 5) and of one out of it (2, 4, 6)
+VIEW_CHANGES = [("r", 1, 7), ("r", 2, 8), ("u", 3, 7), ("u", 4, None), ("d", 5, 7), ("d", 6, 8)]
+FILTERED = TableSchema("shop", "orders", (Column("id", "int", "int(11)", False), Column("tenant", "int", "int(11)")),
+                       ("id",), row_filter="tenant = 7")
+
+
+@pytest.mark.parametrize("filtered", [False, True], ids=["all-rows", "filtered"])
+@pytest.mark.parametrize("history", [1, 2])
+@pytest.mark.parametrize("deletes", ["hard", "soft"])
+def test_the_flow_deletes_what_leaves_silver_in_each_shape(spark: Any, deletes: str, history: int,
+                                                          filtered: bool) -> None:
+    """The view's changes (`silver_changes`) and the flow's arguments for each shape, with a row filter
+    and without: AUTO CDC's `apply_as_deletes` selects every delete under hard deletes (a row out of
+    the filter is one), and under soft ones only a row out of the filter, while a delete of a row in
+    it is an image with `_deleted` true; type 2 is passed as `stored_as_scd_type`."""
+    from pyspark.sql import functions as F
+
+    shape = Shape(deletes, history)  # type: ignore[arg-type]
+    schema = FILTERED if filtered else dataclasses.replace(FILTERED, row_filter=None)
+    calls: list[dict[str, Any]] = []
 
     class Graph:
         @staticmethod
-        def create_auto_cdc_flow(**kwargs: object) -> None:
+        def create_auto_cdc_flow(**kwargs: Any) -> None:
             calls.append(kwargs)
 
-    pipeline_source.auto_cdc_flow(Graph, "shop__orders_silver", "shop__orders_changes", ["id"], 2, soft)
+    pipeline_source.auto_cdc_flow(Graph, "shop__orders_silver", "shop__orders_changes", ["id"], history,
+                                  pipeline_source.delete_condition(shape, filtered))
     (call,) = calls
-    assert call["stored_as_scd_type"] == 2
-    assert ("apply_as_deletes" in call) is not soft
+    assert call["stored_as_scd_type"] == history
+    raw = spark.createDataFrame([("shop.orders", op, decimal.Decimal(100 + k), 0, "b.000001", 0, None, None, None,
+                                  None, [str(k), None if t is None else str(t)]) for op, k, t in VIEW_CHANGES],
+                                CHANGES)
+    view = pipeline_source.silver_changes(typed(raw, schema), schema, shape)
+    removed = {r["id"] for r in view.where(F.expr(call["apply_as_deletes"])).collect()} \
+        if "apply_as_deletes" in call else set()
+    out = {2, 4, 6} if filtered else set()
+    assert removed == (out if shape.soft else out | {5, 6})
+    if shape.soft:
+        assert {r["id"] for r in view.where(DELETED).collect()} == {5, 6} - out
+    else:
+        assert DELETED not in view.columns
 
 
 def test_dataset_names_follow_the_target_naming() -> None:
@@ -298,9 +336,11 @@ def test_dataset_names_follow_the_target_naming() -> None:
 
 # -- spark-pipelines dry-run -----------------------------------------------------------------------
 
-def dry_run(shop: Shop, workdir: Path) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+def dry_run(shop: Shop, workdir: Path, deletes: str = "hard") -> tuple[subprocess.CompletedProcess[str],
+                                                                       list[dict[str, Any]]]:
     """`spark-pipelines dry-run` of tests/bundle/fixtures/spark-pipeline.yml, with the graph recorder
-    loaded first; returns the finished process and the recorded graph elements."""
+    loaded first, under `silver.deletes: <deletes>`; returns the finished process and the recorded
+    graph elements."""
     spec = yaml.safe_load((FIXTURES / "spark-pipeline.yml").read_text())
     (source,) = [lib["glob"]["include"] for lib in spec["libraries"]]
     assert (FIXTURES / source).resolve() == SOURCE
@@ -320,6 +360,8 @@ def dry_run(shop: Shop, workdir: Path) -> tuple[subprocess.CompletedProcess[str]
         "BINLAKE_SOURCE_PORT": str(shop.port),
         "BINLAKE_SOURCE_TABLES": f"{shop.database}\\..*",
         "BINLAKE_SOURCE_COLUMNS": shop.columns,  # as the bundle passes ${var.columns}: a pipeline without it is refused
+        "BINLAKE_SOURCE_ROW_FILTER": shop.row_filter,  # likewise ${var.row_filter}
+        "BINLAKE_SILVER_DELETES": deletes,
         "BINLAKE_TARGET_PATH": str(shop.cfg.target_path),
         "BINLAKE_GRAPH_RECORD": str(record),
     })
@@ -337,8 +379,13 @@ def dry_run(shop: Shop, workdir: Path) -> tuple[subprocess.CompletedProcess[str]
     return done, recorded
 
 
-def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Path) -> None:
-    done, graph = dry_run(shop, tmp_path)
+# a dry run takes about a minute: the soft-deletes graph takes turns among the slow tests (tests/conftest.py),
+# and test_the_flow_deletes_what_leaves_silver_in_each_shape checks its view and arguments every day
+@pytest.mark.parametrize("deletes", ["hard", pytest.param("soft", marks=pytest.mark.slow)])
+def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Path, deletes: str) -> None:
+    """The graph with the orders filtered, under hard and soft deletes: the view's marks of a row out
+    of the filter and `_deleted` analyse, and the flows delete what `delete_condition` says."""
+    done, graph = dry_run(shop, tmp_path, deletes)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-4000:]
     assert "Run is COMPLETED" in output, output[-4000:]
@@ -364,6 +411,11 @@ def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Pa
         assert flow["source"] == view
         assert flow["keys"] == [f"Column<'{k}'>" for k in key]
         assert flow["sequence_by"] == "Column<'_seq'>"
-        assert "_op = 'd'" in flow["apply_as_deletes"]
+        if deletes == "hard":  # a row out of the orders' filter is a 'd' too
+            assert "_op = 'd'" in flow["apply_as_deletes"]
+        elif table.endswith(".orders"):  # only a row out of the filter is deleted; a delete is an image
+            assert "_op = 'x'" in flow["apply_as_deletes"]
+        else:
+            assert flow["apply_as_deletes"] is None
         assert flow["except_column_list"] == [f"Column<'{c}'>" for c in ["_op", "_file", "_pos", "_gtid", "_chunk", "_lw"]]
         assert str(flow["stored_as_scd_type"]) == "1"

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,7 @@ from binlake.lake.evolution import History
 from binlake.lake.target import Target
 
 from .helpers import execute, fetch, seq
-from .test_silver_history import _killed_once_streaming
-from .workload import RandomStatements, run_cli
+from .workload import RandomStatements, killed_under_writers, run_cli
 
 ROWS, KEYS = 200, 260
 SECRET = "SECRET-"  # every value written to a left-out column starts so
@@ -104,16 +102,13 @@ def test_left_out_columns_under_writers_a_kill_and_alters(dev_db: Any, database:
     target, name = Target.of(cfg), f"{database}.t"
     seed = int(os.environ.get("BINLAKE_KILL_SEED") or random.randrange(10**6))
     writers = Writers(port, database, seed)
-    writers.start()
-    try:
-        _killed_once_streaming(cfg_path, target.stream_progress, tmp_path / "run-1.log", seed)
-        # schema changes of left-out columns only, met by the resumed stream in binlog order
+
+    def alter() -> None:  # schema changes of left-out columns only, met by the resumed stream in binlog order
         execute(dev_db, database, "ALTER TABLE t MODIFY ssn VARCHAR(80)", "ALTER TABLE t DROP COLUMN notes")
         if form == "include":  # a column added later, which an include list does not name
             execute(dev_db, database, f"ALTER TABLE t ADD COLUMN extra VARCHAR(20) DEFAULT '{SECRET}x'")
-        time.sleep(2)  # the writers go on while binlake is down
-    finally:
-        writers.stop()
+
+    killed_under_writers(cfg_path, target.stream_progress, tmp_path / "run-1.log", writers, seed, alter)
     resumed = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 

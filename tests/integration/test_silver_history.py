@@ -8,8 +8,9 @@ landed a batch, a resume; then silver against two truths that binlake does not c
   starts there), each ending where the next change begins; a deleted key's tombstone has the delete's
   before image and time.
 
-Every writer's value is unique, so each version is told by its image alone. `both` runs in every
-`make test`; soft deletes alone and history alone take turns with the slow tests.
+Every writer's value is unique, so each version is told by its image alone. All three cases take
+turns with the slow tests. The checks take a row filter too (`keeps`): tests/integration/
+test_row_filter.py compares filtered silver with the same binlog truth.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from __future__ import annotations
 import itertools
 import os
 import random
-import signal
-import subprocess
-import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +35,11 @@ from binlake.lake.target import Target
 from binlake.source.dialect import binlog_head
 
 from .helpers import seq
-from .workload import BINLAKE, CLI_ENV, ROOT, RandomStatements, run_cli
+from .workload import RandomStatements, killed_under_writers, run_cli
 
 ROWS, KEYS = 200, 260  # keys above ROWS start absent: their inserts come from the writers
-Image = tuple[str, int]  # (v, n)
+Image = tuple[Any, ...]  # the row's values in `COLUMNS` (or the columns a test names)
+COLUMNS = ("v", "n")
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,13 @@ class HotWriters(RandomStatements):
             cur.execute("INSERT IGNORE INTO t VALUES (%s, %s, 0)", (key, token))
 
 
-def replay(port: int, database: str, start: Any) -> dict[int, list[Event]]:
-    """Every row change of `database`.t from `start` to the binlog's end, per key, by mysql-replication."""
+def everything(image: Image) -> bool:
+    return True
+
+
+def replay(port: int, database: str, start: Any, columns: tuple[str, ...] = COLUMNS) -> dict[int, list[Event]]:
+    """Every row change of `database`.t from `start` to the binlog's end, per key, by mysql-replication,
+    each row told by its values in `columns`."""
     stream = BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": port, "user": "root", "password": ""},
         server_id=9141, log_file=start.file, log_pos=start.pos, resume_stream=True, blocking=False,
@@ -74,8 +79,7 @@ def replay(port: int, database: str, start: Any) -> dict[int, list[Event]]:
     )
 
     def image(values: dict[str, Any]) -> tuple[int, Image]:
-        v = values["v"]
-        return int(values["id"]), (v.decode() if isinstance(v, bytes) else v, int(values["n"]))
+        return int(values["id"]), tuple(v.decode() if isinstance(v, bytes) else v for v in map(values.get, columns))
 
     out: dict[int, list[Event]] = defaultdict(list)
     try:
@@ -107,39 +111,30 @@ def _config(path: Path, port: int, database: str, lake: Path, shape: Shape) -> P
     return path
 
 
-def _killed_once_streaming(cfg_path: Path, progress: Any, log: Path, seed: int) -> None:
-    """`binlake run`, killed (SIGKILL to its process group) a moment after its stream lands a batch."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*BINLAKE, "run", "-c", str(cfg_path)], cwd=ROOT, start_new_session=True,
-                                env={**os.environ, **CLI_ENV}, stdout=out, stderr=out)
-    try:
-        deadline = time.monotonic() + 600
-        while not progress.exists():
-            assert proc.poll() is None, f"binlake run ended (rc {proc.returncode}): {log.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, "no micro-batch landed in 600 s"
-            time.sleep(0.5)
-        time.sleep(random.Random(seed).uniform(0.5, 4.0))
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def _silver(spark: Any, location: str) -> list[dict[str, Any]]:
+def kept_rows(spark: Any, location: str) -> list[dict[str, Any]]:
+    """Every row of silver as a dict, with `__ts` its `_ts` in Unix seconds."""
     from pyspark.sql import functions as F
 
     df = spark.read.format("delta").load(location)
     return [r.asDict() for r in df.withColumn("__ts", F.unix_timestamp("_ts")).collect()]
 
 
-def _versions(events: list[Event], shape: Shape) -> list[tuple[Image, bool]]:
-    """The versions a key's changes make: (image, deleted) per change, but hard deletes."""
-    return [(e.image, e.op == "d") for e in events if e.op != "d" or shape.soft]
+def starts(event: Event, shape: Shape, keeps: Callable[[Image], bool] = everything) -> bool:
+    """Whether a change starts a version: its row (after it; a delete's before it) is one silver
+    `keeps` (the row filter's), and it is no hard delete."""
+    return keeps(event.image) and (event.op != "d" or shape.soft)
+
+
+def _versions(events: list[Event], shape: Shape, keeps: Callable[[Image], bool]) -> list[tuple[Image, bool]]:
+    """The versions a key's changes make: (image, deleted) per change that `starts` one."""
+    return [(e.image, e.op == "d") for e in events if starts(e, shape, keeps)]
 
 
 def check_history(rows: list[dict[str, Any]], truth: dict[int, list[Event]], live: dict[int, Image],
-                  shape: Shape) -> int:
-    """Each key's versions in silver against its binlog changes (see the module docstring); the count
-    of versions checked."""
+                  shape: Shape, columns: tuple[str, ...] = COLUMNS, keeps: Callable[[Image], bool] = everything) -> int:
+    """Each key's versions in silver against its binlog changes (see the module docstring), under a row
+    filter that `keeps` the rows it matches (`live`: the source's rows that match); the count of
+    versions checked."""
     by_key: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by_key[r["id"]].append(r)
@@ -147,10 +142,11 @@ def check_history(rows: list[dict[str, Any]], truth: dict[int, list[Event]], liv
     checked = 0
     for key, events in truth.items():
         held = sorted(by_key.get(key, []), key=lambda r: r["__START_AT"])
-        want = _versions(events, shape)
-        got = [((r["v"], r["n"]), bool(r.get("_deleted"))) for r in held]
-        if not got:  # deleted before the snapshot read it, and not inserted again since
-            assert key not in live and events[-1].op == "d", f"id={key}: no version in silver; the binlog has {want}"
+        want = _versions(events, shape, keeps)
+        got = [(tuple(r[c] for c in columns), bool(r.get("_deleted"))) for r in held]
+        if not got:  # deleted before the snapshot read it, or out of the filter since, and not back
+            assert key not in live and (events[-1].op == "d" or not keeps(events[-1].image)), \
+                f"id={key}: no version in silver; the binlog has {want}"
             continue
         # history starts at the image the snapshot read (or at the key's first change after it)
         first = want.index(got[0]) if got[0] in want else -1
@@ -160,32 +156,36 @@ def check_history(rows: list[dict[str, Any]], truth: dict[int, list[Event]], liv
         made = [(e.image, e.op == "d") for e in events]
         for (a, b), version in zip(itertools.pairwise(held), got):
             assert a["__START_AT"] < b["__START_AT"] and a["__END_AT"] is not None, f"id={key}: versions overlap"
-            # contiguous, unless a hard delete comes next (it ends the version and starts none)
-            gap = events[made.index(version) + 1].op == "d" and not shape.soft
+            # contiguous, unless a hard delete or a row out of the filter comes next (it ends the version
+            # and starts none)
+            gap = not starts(events[made.index(version) + 1], shape, keeps)
             assert (a["__START_AT"] < a["__END_AT"] < b["__START_AT"]) if gap else (a["__END_AT"] == b["__START_AT"]), \
                 f"id={key}: version ends at {a['__END_AT']}, the next starts at {b['__START_AT']}"
         current = [r for r in held if r["__END_AT"] is None]
-        if key in live or shape.soft:
+        if starts(events[-1], shape, keeps):
             assert len(current) == 1 and current[0] is held[-1], f"id={key}: {len(current)} current versions"
         else:
-            assert not current, f"id={key} is deleted at the source, yet silver has a current version"
+            assert not current, f"id={key} is deleted at the source or out of the filter, yet has a current version"
         checked += len(held)
     return checked
 
 
-def check_deletes(rows: list[dict[str, Any]], truth: dict[int, list[Event]], shape: Shape) -> int:
+def check_deletes(rows: list[dict[str, Any]], truth: dict[int, list[Event]], shape: Shape,
+                  columns: tuple[str, ...] = COLUMNS, keeps: Callable[[Image], bool] = everything) -> int:
     """A deleted key is there with `_deleted`, the delete's before image and the delete's time; a key
-    inserted again is live. The number of tombstones."""
+    inserted again is live; under a row filter (`keeps`) a key whose last change is out of it is not
+    there at all. The number of tombstones."""
     current = {r["id"]: r for r in rows if not shape.versions or r["__END_AT"] is None}
     tombstones = 0
     for key, events in truth.items():
         last = events[-1]
         r = current.get(key)
-        if r is None:  # deleted before the snapshot read it, and not inserted again since
-            assert last.op == "d", f"id={key}: not in silver; its last change is {last}"
+        if r is None:  # deleted before the snapshot read it, or out of the filter, and not back since
+            assert last.op == "d" or not keeps(last.image), f"id={key}: not in silver; its last change is {last}"
             continue
-        assert bool(r["_deleted"]) == (last.op == "d") and (r["v"], r["n"]) == last.image, \
-            f"id={key}: silver has {(r['v'], r['n'], r['_deleted'])}, its last change is {last}"
+        image = tuple(r[c] for c in columns)
+        assert keeps(last.image) and bool(r["_deleted"]) == (last.op == "d") and image == last.image, \
+            f"id={key}: silver has {image} (deleted: {r['_deleted']}), its last change is {last}"
         if last.op == "d":
             tombstones += 1
             assert r["__ts"] == last.ts, f"id={key}: the tombstone's _ts is {r['__ts']}, the delete's {last.ts}"
@@ -217,12 +217,7 @@ def test_kept_deletes_and_history_under_writers_and_a_kill(dev_db: Any, database
     target, name = Target.of(cfg), f"{database}.t"
     seed = int(os.environ.get("BINLAKE_KILL_SEED") or random.randrange(10**6))
     writers = HotWriters(port, database, seed)
-    writers.start()
-    try:
-        _killed_once_streaming(cfg_path, target.stream_progress, tmp_path / "run-1.log", seed)
-        time.sleep(2)  # the writers go on while binlake is down
-    finally:
-        writers.stop()
+    killed_under_writers(cfg_path, target.stream_progress, tmp_path / "run-1.log", writers, seed)
     resumed = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
 
@@ -231,7 +226,7 @@ def test_kept_deletes_and_history_under_writers_and_a_kill(dev_db: Any, database
         cur.execute("SELECT id, v, n FROM t")
         live = {int(i): (v, int(n)) for i, v, n in cur.fetchall()}
     truth = replay(port, database, start)
-    rows = _silver(spark, target.silver(name).location)
+    rows = kept_rows(spark, target.silver(name).location)
     now = {r["id"]: (r["v"], r["n"]) for r in rows
            if (not shape.versions or r["__END_AT"] is None) and not (shape.soft and r["_deleted"])}
     assert now == live, f"seed {seed}: silver's live rows differ from the source: " \

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +55,17 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 900)
 
 
 class RandomStatements:
-    """Two threads changing keys 1..`keys` at random, each statement its own transaction, one every
-    20 ms a thread: `statement` picks and runs one (`op` uniform in [0, 1), `token` unique to it).
-    `done` counts the statements run."""
+    """`threads_count` threads (two unless a subclass says) changing keys 1..`keys` at random, each statement
+    its own transaction, one every 20 ms a thread: `statement` picks and runs one (`op` uniform in
+    [0, 1), `token` unique to it). `done` counts the statements run."""
 
     keys = 0
+    threads_count = 2
 
     def __init__(self, port: int, database: str, seed: int) -> None:
         self.port, self.database, self.rnd = port, database, random.Random(seed)
         self.stop_flag = threading.Event()
-        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(2)]
+        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(self.threads_count)]
         self.done = 0
 
     def statement(self, cur: Any, token: str, key: int, op: float) -> None:
@@ -86,6 +89,38 @@ class RandomStatements:
                 self.statement(cur, f"w{n}-{count}", self.rnd.randint(1, self.keys), self.rnd.random())
                 self.done += 1
                 time.sleep(0.02)
+
+
+def killed_once_streaming(cfg_path: Path, progress: Any, log: Path, seed: int) -> None:
+    """`binlake run`, killed (SIGKILL to its process group) a moment after its stream lands a batch:
+    `progress` (the target's stream progress file) appears, then 0.5 to 4 s, drawn from `seed`."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*BINLAKE, "run", "-c", str(cfg_path)], cwd=ROOT, start_new_session=True,
+                                env={**os.environ, **CLI_ENV}, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 600
+        while not progress.exists():
+            assert proc.poll() is None, f"binlake run ended (rc {proc.returncode}): {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, "no micro-batch landed in 600 s"
+            time.sleep(0.5)
+        time.sleep(random.Random(seed).uniform(0.5, 4.0))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def killed_under_writers(cfg_path: Path, progress: Any, log: Path, writers: RandomStatements, seed: int,
+                         while_down: Callable[[], None] = lambda: None) -> None:
+    """`binlake run` under `writers`, killed once its stream has landed a batch (`killed_once_streaming`);
+    then, binlake down, `while_down` (schema changes, say) and two seconds more of writes, and the
+    writers stop. The caller resumes."""
+    writers.start()
+    try:
+        killed_once_streaming(cfg_path, progress, log, seed)
+        while_down()
+        time.sleep(2)  # the writers go on while binlake is down
+    finally:
+        writers.stop()
 
 
 class Writers:

@@ -1,6 +1,8 @@
 """source.row-filter without a server: the setting as written, what it is refused with, and silver's
 MERGE under it on real Delta tables: a row updated out of the filter leaves, one updated into it
-enters, NULL matches nothing, and any order of arrival or a replay ends in the same table."""
+enters, NULL matches nothing, and any order of arrival or a replay ends in the same table; with soft
+deletes a delete of a row in the filter is a tombstone and any change of one outside it removes the
+key, and with history such a change ends the current version and starts none."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from binlake.schema import Column, TableSchema
 
 SCHEMA = TableSchema("d", "t", (Column("id", "int", "int(11)", False), Column("v", "varchar", "varchar(10)"),
                                 Column("tenant", "int", "int(11)")), ("id",), row_filter="tenant = 7")
+SHAPES = {"plain": Shape(), "soft": Shape("soft", 1), "history": Shape("hard", 2), "both": Shape("soft", 2)}
 
 
 def test_the_setting_is_read_from_the_file_and_as_text(tmp_path: Path) -> None:
@@ -35,13 +38,11 @@ def test_the_setting_is_read_from_the_file_and_as_text(tmp_path: Path) -> None:
             config.load(path, env={})
 
 
-def test_a_filter_is_refused_where_silver_cannot_keep_it_yet() -> None:
-    assert Shape().filter_refusal(SCHEMA) is None
-    assert "silver.deletes: soft, silver.history: 1: binlake keeps a filtered table with hard deletes and SCD " \
-        "type 1 only" in (Shape("soft", 1).filter_refusal(SCHEMA) or "")
-    assert Shape("hard", 2).filter_refusal(SCHEMA) is not None
+def test_a_filter_is_kept_in_every_shape_but_refused_without_a_unique_key() -> None:
     keyless = TableSchema("d", "t", SCHEMA.columns, (), row_filter="tenant = 7")
-    assert "has no unique key" in (Shape().filter_refusal(keyless) or "")
+    for shape in SHAPES.values():
+        assert shape.filter_refusal(SCHEMA) is None
+        assert "source.row-filter for d.t: the table has no unique key" in (shape.filter_refusal(keyless) or "")
     assert TableSchema.from_dict(SCHEMA.to_dict()) == SCHEMA
 
 
@@ -73,15 +74,23 @@ HISTORY = [("r", 100, 1, "a", 7), ("u", 110, 1, "b", 8), ("u", 120, 1, "c", 7), 
            ("u", 140, 1, "e", 7), ("r", 100, 2, "x", 6), ("u", 125, 2, "y", 8), ("c", 150, 3, "n", 7)]
 
 
-def silver_after(spark, tmp_path, batches):  # type: ignore[no-untyped-def]
+def silver_after(spark, tmp_path, batches, shape=SHAPES["plain"], story=None):  # type: ignore[no-untyped-def]
+    """Silver's rows after `batches` applied in turn, each landed in bronze first; or, given the whole
+    `story`, with bronze holding all of it from the start (a replay, or rows arriving out of order)."""
     b, s = str(tmp_path / "bronze"), str(tmp_path / "silver")
     bronze.ensure_table(spark, b, SCHEMA)
-    silver.ensure_table(spark, s, SCHEMA)
+    silver.ensure_table(spark, s, SCHEMA, shape)
+    if story is not None:
+        changes(spark, story).write.format("delta").mode("append").save(b)
     for batch in batches:
         df = changes(spark, batch)
-        df.write.format("delta").mode("append").save(b)
-        silver.apply(spark, SCHEMA, df, s, b)
-    return {r["id"]: (r["v"], r["tenant"]) for r in spark.read.format("delta").load(s).collect()}
+        if story is None:
+            df.write.format("delta").mode("append").save(b)
+        silver.apply(spark, SCHEMA, df, s, b, shape=shape)
+    if shape.plain:
+        return {r["id"]: (r["v"], r["tenant"]) for r in spark.read.format("delta").load(s).collect()}
+    return sorted(tuple(int(v) if isinstance(v, decimal.Decimal) else v for v in r)
+                  for r in spark.read.format("delta").load(s).drop("_ts").collect())
 
 
 @pytest.mark.parametrize("cut", [1, 3, 5])
@@ -104,3 +113,44 @@ def test_a_late_snapshot_row_in_the_filter_loses_to_a_newer_change_out_of_it(spa
     assert ops == ["r", "d", "u", "d", "u", "d", "d", "c"]
     assert list(itertools.chain(*row_filter.matching(changes(spark, HISTORY), SCHEMA).orderBy("id", "_seq").select("_seq").collect())) == \
         [100, 120, 140, 150]
+
+
+# key 1: in, updated out, back in, deleted in the filter, inserted again in it; key 2: out, deleted
+# out of it; key 3: inserted in, deleted, inserted again out of it; key 4: in, updated to NULL; key 5:
+# out, updated into it; key 6: in, deleted
+KEPT = [("r", 100, 1, "a", 7), ("u", 110, 1, "b", 8), ("u", 120, 1, "c", 7), ("d", 130, 1, "c", 7),
+        ("c", 140, 1, "e", 7), ("r", 100, 2, "x", 6), ("d", 125, 2, "x", 6), ("c", 150, 3, "n", 7),
+        ("d", 160, 3, "n", 7), ("c", 170, 3, "m", 8), ("r", 100, 4, "p", 7), ("u", 115, 4, "q", None),
+        ("r", 100, 5, "s", 8), ("u", 135, 5, "t", 7), ("r", 100, 6, "k", 7), ("d", 145, 6, "k", 7)]
+# each shape's silver after KEPT: (id, v, tenant, _seq, [_deleted], [__START_AT, __END_AT])
+KEPT_SILVER = {
+    "soft": [(1, "e", 7, 140, False), (5, "t", 7, 135, False), (6, "k", 7, 145, True)],
+    "history": [(1, "a", 7, 100, 100, 110), (1, "c", 7, 120, 120, 130), (1, "e", 7, 140, 140, None),
+                (3, "n", 7, 150, 150, 160), (4, "p", 7, 100, 100, 115), (5, "t", 7, 135, 135, None),
+                (6, "k", 7, 100, 100, 145)],
+    "both": [(1, "a", 7, 100, False, 100, 110), (1, "c", 7, 120, False, 120, 130), (1, "c", 7, 130, True, 130, 140),
+             (1, "e", 7, 140, False, 140, None), (3, "n", 7, 150, False, 150, 160),
+             (3, "n", 7, 160, True, 160, 170), (4, "p", 7, 100, False, 100, 115),
+             (5, "t", 7, 135, False, 135, None), (6, "k", 7, 100, False, 100, 145),
+             (6, "k", 7, 145, True, 145, None)],
+}
+
+
+def test_with_soft_deletes_a_change_out_of_the_filter_leaves_and_a_delete_in_it_stays(spark) -> None:  # type: ignore[no-untyped-def]
+    ops = {shape: [r["_op"] for r in row_filter.filtered(changes(spark, KEPT), SCHEMA, SHAPES[shape])
+                   .orderBy("id", "_seq").collect()] for shape in ("plain", "soft")}
+    assert ops["plain"] == ["r", "d", "u", "d", "c", "d", "d", "c", "d", "d", "r", "d", "d", "u", "r", "d"]
+    assert ops["soft"] == ["r", "x", "u", "d", "c", "x", "x", "c", "d", "x", "r", "x", "x", "u", "r", "d"]
+
+
+@pytest.mark.parametrize("shape", ["soft", "history", "both"])
+def test_kept_deletes_and_history_hold_the_rows_in_the_filter_in_any_order(spark, tmp_path, shape) -> None:  # type: ignore[no-untyped-def]
+    """In order; then with bronze holding the whole story, the snapshot rows after every later change
+    of their keys, the binlog changes in two pieces in either order, one piece applied again."""
+    want = KEPT_SILVER[shape]
+    assert silver_after(spark, tmp_path / "in-order", [KEPT], SHAPES[shape]) == want
+    snapshot = [c for c in KEPT if c[0] == "r"]
+    binlog = [c for c in KEPT if c[0] != "r"]
+    early, late = binlog[::2], binlog[1::2]
+    for n, pieces in enumerate([[late, early, snapshot, late], [early, snapshot, late, snapshot, early]]):
+        assert silver_after(spark, tmp_path / f"order{n}", pieces, SHAPES[shape], KEPT) == want, n

@@ -13,8 +13,12 @@ open-source `spark-pipelines`) executes it with `spark` defined. The graph:
 The snapshot rows and the binlog changes share one order, `_seq` (a chunk's rows rank at its high
 watermark), so AUTO CDC lets a snapshot row that arrives after a later change of its key lose, as
 the local MERGE does. `silver.history` is AUTO CDC's `stored_as_scd_type` (2 on Databricks only).
-`silver.deletes: hard` is `apply_as_deletes`; `soft` leaves it out and gives the changes a `_deleted`
-column (`_op = 'd'`), so a delete is applied as the row's last image, as the local MERGE keeps it.
+`silver.deletes: hard` is `apply_as_deletes` (`_op = 'd'`); `soft` gives the changes a `_deleted`
+column (`_op = 'd'`), so a delete is applied as the row's last image, as the local MERGE keeps it. A
+change whose row is out of `source.row-filter` is marked before AUTO CDC as the local MERGE takes it
+(`binlake.lake.row_filter.filtered`): a `d` under hard deletes, `x` under soft ones, and then
+`apply_as_deletes` is `_op = 'x'` alone, so it leaves silver with no tombstone and, under type 2,
+ends the current version and starts none (`delete_condition`).
 
 Settings come from the pipeline configuration, `binlake.<section>.<key>` for every key of
 `binlake.config` (`binlake.source.hostname`, `binlake.silver.history`, ...); `binlake.silver.scd-type`
@@ -34,7 +38,7 @@ from binlake.databricks import stream_job
 from binlake.databricks.entrypoints import load_with_secret, runtime_dbutils
 from binlake.errors import ConfigError
 from binlake.lake import bronze, row_filter, silver
-from binlake.lake.silver_shape import DELETED
+from binlake.lake.silver_shape import DELETED, Shape
 from binlake.lake.target import Target
 from binlake.schema import TableSchema
 from binlake.spark.sources import register
@@ -103,10 +107,8 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
     """Register the pipeline's datasets and flows with the active pipeline graph."""
     from pyspark import pipelines as dp
 
-
     cfg = pipeline_config(spark, dbutils)
-    scd = scd_type(lambda k: spark.conf.get(k, None))
-    soft = cfg.get("silver.deletes") == "soft"
+    shape = Shape(cfg.get("silver.deletes"), scd_type(lambda k: spark.conf.get(k, None)))
     ctx = Context(cfg)
     ctx.spark = spark  # the pipeline's session; never a local one
     register(spark)
@@ -117,11 +119,10 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
         return spark.readStream.format("binlake_binlog").options(**job.options()).load()
 
     for name, schema in job.schemas.items():
-        _define_table(dp, spark, ctx.target, name, schema, scd, soft)
+        _define_table(dp, spark, ctx.target, name, schema, shape)
 
 
-def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableSchema, scd: int,
-                  soft: bool = False) -> None:
+def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableSchema, shape: Shape) -> None:
     from pyspark.sql import functions as F
 
     if schema.multiset:
@@ -141,28 +142,46 @@ def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableS
     # The snapshot task writes each chunk once (a re-read replaces rows it never committed), so the
     # bronze table only grows and can be read as a stream.
     snapshot = spark.readStream.format("delta").load(snapshot_location).where(F.col("_op") == "r")
-    frame = binlog.unionByName(snapshot, allowMissingColumns=True)
-    frame = row_filter.filtered(frame, schema)  # a row out of the filter is a delete (binlake.lake.row_filter)
-    if soft:  # a delete is the row's last image, kept with _deleted (binlake.lake.silver_shape)
-        frame = frame.withColumn(DELETED, F.col("_op") == "d")
+    frame = silver_changes(binlog.unionByName(snapshot, allowMissingColumns=True), schema, shape)
 
     @dp.temporary_view(name=view, comment=f"{name}: snapshot rows and binlog changes, typed")
     def changes() -> Any:
         return frame
 
     table = dataset_name(target, "silver", name)
-    dp.create_streaming_table(table, comment=f"{name}: current state (SCD type {scd}) applied by AUTO CDC")
-    auto_cdc_flow(dp, table, view, list(schema.key), scd, soft)
+    dp.create_streaming_table(table, comment=f"{name}: current state (SCD type {shape.history}) applied by AUTO CDC")
+    auto_cdc_flow(dp, table, view, list(schema.key), shape.history, delete_condition(shape, bool(schema.row_filter)))
 
 
-def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int, soft: bool = False) -> None:
-    """Apply `view`'s changes to `table`: per key, the change with the highest `_seq` wins; 'd' deletes
-    (hard), or is applied as an image whose `_deleted` is true (`soft`: no `apply_as_deletes`).
+def silver_changes(frame: Any, schema: TableSchema, shape: Shape) -> Any:
+    """A table's typed changes as AUTO CDC takes them: a row out of the filter marked to leave
+    (`binlake.lake.row_filter`), and under soft deletes `_deleted` (`_op = 'd'`), so a delete is the
+    row's last image (`binlake.lake.silver_shape`)."""
+    from pyspark.sql import functions as F
+
+    frame = row_filter.filtered(frame, schema, shape)
+    return frame.withColumn(DELETED, F.col("_op") == "d") if shape.soft else frame
+
+
+def delete_condition(shape: Shape, filtered: bool) -> str | None:
+    """AUTO CDC's `apply_as_deletes` for `silver_changes`, or None: every `d` under hard deletes (a row
+    out of the filter is one); under soft deletes only a row out of the filter (`LEAVES`), which
+    leaves silver with no tombstone, or nothing when the table has no filter."""
+    if not shape.soft:
+        return "_op = 'd'"
+    return f"_op = '{row_filter.LEAVES}'" if filtered else None
+
+
+def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int,
+                  apply_as_deletes: str | None = "_op = 'd'") -> None:
+    """Apply `view`'s changes to `table`: per key, the change with the highest `_seq` wins, and those
+    `apply_as_deletes` selects (`delete_condition`) delete the key (under type 2: end its current version); a
+    change it does not select is applied as an image (a soft delete's, with `_deleted` true).
 
     Only arguments open-source Spark 4.2's `create_auto_cdc_flow` takes, so one source file serves
     both; it refuses SCD type 2, which Databricks keeps.
     """
-    deletes = {} if soft else {"apply_as_deletes": "_op = 'd'"}
+    as_deletes = {} if apply_as_deletes is None else {"apply_as_deletes": apply_as_deletes}
     try:
         dp.create_auto_cdc_flow(
             target=table,
@@ -171,7 +190,7 @@ def auto_cdc_flow(dp: Any, table: str, view: str, keys: list[str], scd: int, sof
             sequence_by="_seq",
             except_column_list=list(EXCEPT_COLUMNS),
             stored_as_scd_type=scd,
-            **deletes,
+            **as_deletes,
         )
     except TypeError as exc:  # PySparkTypeError
         if scd == 1 or "stored_as_scd_type" not in str(exc):

@@ -2,19 +2,22 @@
 
 A version is a change of a key: it starts at the change's `_seq` (`__START_AT`) and ends at the
 `_seq` of the key's next change of any kind (`__END_AT`), NULL while it is current. A hard delete
-starts no version, only ends one; a soft delete starts a version with `_deleted` true.
+starts no version, only ends one; a soft delete starts a version with `_deleted` true. A change whose
+row is out of the row filter (`binlake.lake.row_filter`: a `d` under hard deletes, `LEAVES` under
+soft ones) is such a point too: it starts no version and ends the current one.
 
 Changes of a key may reach silver out of `_seq` order (a batch replayed after a crash, a snapshot row
 after a later binlog change of its key), so a version's end is not "the change after it in this
 batch" but the next point in the key's whole history. Every such point is in one of three places:
 - silver's rows: each version's start, and each end (every end is a change's `_seq`; a hard delete
-  lives on only as the end of the version before it, and a version split later hands its end to the
-  newer half, so the end stays);
+  or a change out of the filter lives on only as the end of the version before it, and a version
+  split later hands its end to the newer half, so the end stays);
 - the batch's changes;
 - bronze past the batch's oldest change, when bronze may hold changes silver has not been given yet
-  (the replay case; `bronze_may_be_newer`, as in `binlake.lake.silver.apply`). A delete that reached
-  silver before any version of its key could end one is there too: a change older than it reaches
-  silver only in a replay.
+  (the replay case; `bronze_may_be_newer`, as in `binlake.lake.silver.apply`). A delete (or a change
+  out of the filter) that reached silver before any version of its key could end one is there too: a
+  change older than it reaches silver only in a replay. Bronze holds every change as the source made
+  it, matching or not: each is a point whatever the filter says of it.
 
 So for the keys a batch touches, the MERGE takes the sorted points, gives each version (the batch's
 new ones and silver's) the point after its start as its end, inserts the new versions and corrects
@@ -34,14 +37,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake import faults
-from binlake.lake.bronze import BINLOG_OPS, DATA_OPS, sql_name
+from binlake.lake.bronze import BINLOG_OPS, sql_name
+from binlake.lake.row_filter import LEAVES, OPS
 from binlake.lake.silver_shape import DELETED, END, START, Shape
 from binlake.schema import TableSchema
 
 
 def versions_of(data: DataFrame, shape: Shape) -> DataFrame:
-    """The versions the changes `data` (bronze-typed, data ops only) start: one per change, but hard deletes."""
-    made = data if shape.soft else data.where(F.col("_op") != "d")
+    """The versions the changes `data` (bronze-typed, data ops only, filtered) start: one per change, but
+    hard deletes and changes out of the filter."""
+    made = data.where(~F.col("_op").isin(LEAVES, *([] if shape.soft else ["d"])))
     if shape.soft:
         made = made.withColumn(DELETED, F.col("_op") == "d")
     return made.withColumn(START, F.col("_seq"))
@@ -57,7 +62,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     """
     from delta.tables import DeltaTable
 
-    data = changes.where(F.col("_op").isin(*DATA_OPS))
+    data = changes.where(F.col("_op").isin(*OPS))
     if oldest is None:
         oldest = data.agg(F.min("_seq")).first()[0]
     if oldest is None:

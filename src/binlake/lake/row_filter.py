@@ -10,16 +10,35 @@ collation ('a' = 'A' under a *_ci collation, trailing spaces ignored under PAD S
 point, and the two convert between types differently; the same text run by the server could keep a
 row the binlog path drops. The chunk reads every row, and the filter decides in Spark.
 
-A change reaches silver by the row as it is after the change (its after image):
-- the row matches: an upsert, as without a filter;
-- it does not (false, or NULL as in a WHERE clause): a delete of the key.
-So a row updated out of the filter leaves silver, one updated into it enters, and an insert or a
-snapshot row that does not match deletes a key silver does not hold: nothing. The before image of an
-update decides nothing more: it tells whether the row was in silver, and the delete or upsert of the
-after image is right either way. Silver applies each key's changes in `_seq` order, the newest
-winning, and bronze holds every change (the record a late snapshot row loses to), so in any order of
-arrival and on replays a key's last change decides: its row is in silver exactly when the source's
-row matches now.
+A change reaches silver by its row as bronze holds it: the row after the change (an insert's, an
+update's, a snapshot row), or before it (a delete's):
+- the row matches: the change is applied as without a filter (an upsert; with soft deletes a delete
+  is kept as the key's tombstone, with history a version starts);
+- it does not (false, or NULL as in a WHERE clause): the row leaves silver outright. Under hard deletes
+  that is a delete of the key (`d`); under soft deletes it is `LEAVES`, which removes the key's row,
+  tombstone included, and keeps no tombstone of its own: the row was not deleted at the source, and
+  silver holds no row outside the filter. Under history (`binlake.lake.history`) it starts no version
+  and ends the key's current one, as a hard delete does.
+So a row updated out of the filter leaves silver, one updated into it enters, an insert or a
+snapshot row that does not match changes nothing, and with soft deletes a delete of a row in the
+filter leaves a tombstone where a delete of one outside it leaves nothing. The before image of an
+update decides nothing more: it tells whether the row was in silver, and what the after image says
+is right either way. Silver applies each key's changes in `_seq` order, the newest winning, and bronze
+holds every change (the record a late snapshot row or a replayed older change loses to), so in any
+order of arrival and on replays a key's last change decides its row in silver (with history, its
+current version):
+
+    the key's last change           hard deletes     soft deletes
+    upsert, row matches             the row          the row, _deleted false
+    delete, row matched             none             the row, _deleted true (the delete's _seq, _ts)
+    any change, row does not match  none             none
+
+With history each change whose row matches starts a version (a delete only under soft deletes) and
+every change, matching or not, ends the version before it. Worked example, soft deletes and history,
+`tenant = 7`, one key: a snapshot row at 100 (tenant 7), an update at 200 (to tenant 8), one at 300
+(back to 7), a delete at 400, an insert at 500 (tenant 8): versions [100, 200), [300, 400) and the
+tombstone [400, 500); the key has no current version, and no silver row is live. Either way silver's
+live rows (current, not deleted) are the source's rows that match now.
 
 Bronze keeps every change of the table, matching or not: it is the change log silver is derived
 from, and a row leaving the filter is known only from a change whose row no longer matches.
@@ -32,10 +51,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake.errors import ConfigError
-from binlake.lake.bronze import column_types
+from binlake.lake.bronze import DATA_OPS, column_types
+from binlake.lake.silver_shape import PLAIN, Shape
 from binlake.schema import TableSchema
 
 UPSERTS = ("r", "c", "u")
+# a change whose row is out of the filter, under soft deletes: silver removes the key's row and keeps
+# no tombstone (under hard deletes such a change is a plain `d`). Never written to bronze.
+LEAVES = "x"
+# the changes `filtered` gives silver
+OPS = (*DATA_OPS, LEAVES)
 
 
 def matches(schema: TableSchema) -> Column:
@@ -44,12 +69,13 @@ def matches(schema: TableSchema) -> Column:
     return F.coalesce(F.expr(schema.row_filter), F.lit(False))
 
 
-def filtered(changes: DataFrame, schema: TableSchema) -> DataFrame:
-    """Bronze-typed `changes` as silver applies them: an upsert whose row does not match is a delete."""
+def filtered(changes: DataFrame, schema: TableSchema, shape: Shape = PLAIN) -> DataFrame:
+    """Bronze-typed `changes` as silver applies them in `shape`: a change whose row does not match
+    leaves silver, as a delete (`d`) under hard deletes, as `LEAVES` under soft ones."""
     if not schema.row_filter:
         return changes
-    leaves = F.col("_op").isin(*UPSERTS) & ~matches(schema)
-    return changes.withColumn("_op", F.when(leaves, F.lit("d")).otherwise(F.col("_op")))
+    leaves = F.col("_op").isin(*(DATA_OPS if shape.soft else UPSERTS)) & ~matches(schema)
+    return changes.withColumn("_op", F.when(leaves, F.lit(LEAVES if shape.soft else "d")).otherwise(F.col("_op")))
 
 
 def matching(rows: DataFrame, schema: TableSchema) -> DataFrame:

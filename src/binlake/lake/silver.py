@@ -6,8 +6,9 @@ later binlog delete of its key from bringing the row back: bronze is the tombsto
 silver itself holds only live rows. Applying the same changes twice changes nothing.
 
 With soft deletes (`binlake.lake.silver_shape`) a delete is one more image, the newest `_seq` wins as
-for any other, and silver keeps it with `_deleted` true. Every version (SCD type 2) is
-`binlake.lake.history`'s MERGE.
+for any other, and silver keeps it with `_deleted` true; a change out of the row filter
+(`binlake.lake.row_filter.LEAVES`) is the one that removes a key's row, by the same rule. Every
+version (SCD type 2) is `binlake.lake.history`'s MERGE.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     """
     from delta.tables import DeltaTable
 
-    changes = row_filter.filtered(changes, schema)  # a row out of the filter is a delete
+    changes = row_filter.filtered(changes, schema, shape)  # a row out of the filter leaves silver
     if shape.versions:
         history.apply(spark, schema, changes, silver, bronze, shape, oldest, bronze_may_be_newer, inserts_only)
         return
@@ -131,7 +132,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     # which it replaces: neither shortcut below holds
     inserts_only = inserts_only and not shape.soft and not schema.row_filter  # a filter's deletes
     key = list(schema.key)
-    data = changes.where(F.col("_op").isin(*DATA_OPS))
+    data = changes.where(F.col("_op").isin(*row_filter.OPS))
     latest = data if inserts_only else latest_per_key(data, key)
     if oldest is None:
         oldest = data.agg(F.min("_seq")).first()[0]
@@ -160,9 +161,12 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     on = " AND ".join(f"t.{sql_name(k)} <=> s.{sql_name(k)}" for k in key)
     faults.point("mid_merge", schema.name)
     merge = DeltaTable.forPath(spark, silver).alias("t").merge(source.alias("s"), on)
-    if shape.soft:  # a delete is one more image, kept as the key's tombstone
+    if shape.soft:  # a delete is one more image, kept as the key's tombstone; a row out of the filter leaves
         cols[DELETED] = "s._op = 'd'"
-        (merge.whenMatchedUpdate(condition="s._seq > t._seq", set=cols).whenNotMatchedInsert(values=cols).execute())
+        leaves = f"s._op = '{row_filter.LEAVES}'"
+        (merge.whenMatchedDelete(condition=f"{leaves} AND s._seq > t._seq")
+         .whenMatchedUpdate(condition=f"NOT {leaves} AND s._seq > t._seq", set=cols)
+         .whenNotMatchedInsert(condition=f"NOT {leaves}", values=cols).execute())
         return
     if inserts_only:
         merge.whenNotMatchedInsert(values=cols).execute()

@@ -10,6 +10,9 @@ the checks that run before Spark starts.
   key's next change (NULL while it is current), as Databricks AUTO CDC stores SCD type 2. A hard
   delete ends the current version and starts none; a soft one starts a version with `_deleted` true.
 
+Under a row filter (`binlake.lake.row_filter`) a change whose row is out of it leaves silver outright
+in either shape: no tombstone, no version, the key's current one ended.
+
 Neither applies to a key-less table (`TableSchema.multiset`): its identical rows are told apart by
 a count alone, so no row has a deletion or a version of its own to keep.
 """
@@ -70,15 +73,11 @@ class Shape:
         return None
 
     def filter_refusal(self, schema: TableSchema) -> str | None:
-        """Why `schema`'s row filter cannot be kept in this shape, or None: a row leaving the filter is
-        a hard delete of silver's type 1 row for now."""
+        """Why `schema`'s row filter cannot be kept, or None: every shape keeps one
+        (`binlake.lake.row_filter`), but not on a table without a unique key."""
         if schema.row_filter and schema.multiset:
             return (f"source.row-filter for {schema.name}: the table has no unique key, and binlake counts its "
                     "identical rows over its whole change log; add a primary key, or leave the filter out")
-        if schema.row_filter and not self.plain:
-            return (f"source.row-filter for {schema.name} with {self.settings()}: binlake keeps a filtered table "
-                    "with hard deletes and SCD type 1 only, so far; set silver.deletes: hard and silver.history: "
-                    "1, or leave the filter out")
         return None
 
     def mismatch(self, location: str, have: list[str]) -> str | None:
