@@ -68,6 +68,10 @@ def test_gtid_state_follows_the_transactions_read() -> None:
     assert lacking(state, f"{uuid}:1-9,{uuid}:tg:1-5") == ("", True)
     assert lacking(state, f"{uuid}:1-6,{uuid}:tg:1-2") == (f"{uuid}:8", True)  # a replica behind
     assert lacking(state, "2174b383-5441-11e8-b90a-c80aa9429562:1-100")[1] is False  # another topology
+    # a server UUID whose digits read like a MariaDB GTID (`1-8094-02`) is still a MySQL set
+    odd = "32a63223-eaad-11f1-8094-02fc00000001"
+    assert lacking(f"{odd}:1-4", f"{odd}:1-3") == (f"{odd}:4", True)
+    assert advance(f"{odd}:1-3", f"{odd}:4") == f"{odd}:1-4"
     mariadb = Seen()
     for gtid in ("0-1-5", "1-2-3", "0-1-6"):
         mariadb.add(gtid)

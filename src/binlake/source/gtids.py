@@ -166,9 +166,8 @@ def lacking(state: str, server: str) -> tuple[str, bool]:
     """What of `state` the server's (`Dialect.gtid_state`) does not hold, as text ('' when nothing), and
     whether the server could still come to hold it: it has transactions of the same sources (MySQL
     UUIDs, MariaDB domains), only fewer -- a replica behind -- rather than none of them."""
-    ours_mariadb = last_per_domain(state)
-    if ours_mariadb:
-        theirs = last_per_domain(server)
+    if parse_mariadb(state) is not None:  # told by the whole text: a MySQL UUID may hold `1-8094-02`
+        ours_mariadb, theirs = last_per_domain(state), last_per_domain(server)
         short = {d: g for d, g in ours_mariadb.items()
                  if d not in theirs or int(theirs[d].rsplit("-", 1)[1]) < int(g.rsplit("-", 1)[1])}
         return ",".join(short.values()), all(d in theirs for d in short)
