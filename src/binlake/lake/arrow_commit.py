@@ -75,6 +75,15 @@ def readable(location: str) -> bool:
     return set(DeltaTable(location).protocol().reader_features or []) <= READER_FEATURES
 
 
+def query(location: str, name: str, sql: str) -> Any:
+    """The rows of `sql` over the local table at `location`, known to it as `name`, by delta-rs's SQL
+    engine: a pyarrow Table."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    return pa.table(QueryBuilder().register(name, DeltaTable(location)).execute(sql).read_all())
+
+
 def writable(location: str, names: list[str]) -> Any:
     """The delta-rs table at `location`, or None (then Spark writes it) when there is none, when its
     protocol has a writer feature outside WRITER_FEATURES, or when its columns are not `names` (a

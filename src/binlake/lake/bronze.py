@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -226,16 +225,15 @@ def chunk_marks(spark: SparkSession, location: str, chunks: list[int]) -> list[d
 
 def _marks_here(location: str, chunks: list[int]) -> dict[int, dict[str, Any]]:
     """`chunk_marks`' rows of a local bronze, by delta-rs (a Spark job costs a fresh JVM seconds)."""
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import DeltaTable
 
-    table = DeltaTable(location)
-    lw = "_lw" if "_lw" in [f.name for f in table.schema().fields] else "CAST(NULL AS VARCHAR)"
+    lw = "_lw" if "_lw" in [f.name for f in DeltaTable(location).schema().fields] else "CAST(NULL AS VARCHAR)"
     numbers = ", ".join(str(int(c)) for c in chunks) or "NULL"
     query = f"""SELECT _chunk, max(CASE WHEN _op = 'w' THEN _file END) AS hw_file,
                        max(CASE WHEN _op = 'w' THEN _pos END) AS hw_pos, max(CASE WHEN _op = 'w' THEN {lw} END) AS lw,
                        count(CASE WHEN _op = 'r' THEN 1 END) AS rows, max(CASE WHEN _op = 'w' THEN _seq END) AS seq
                 FROM bronze WHERE _chunk IN ({numbers}) GROUP BY _chunk"""
-    rows = pa.table(QueryBuilder().register("bronze", table).execute(query).read_all()).to_pylist()
+    rows = arrow_commit.query(location, "bronze", query).to_pylist()
     return {int(r["_chunk"]): r for r in rows}
 
 
@@ -252,11 +250,8 @@ def newest_change(spark: SparkSession, location: str) -> Any:
     delta-rs's SQL engine reads is asked there: the stream's first batch after a restart asks for
     every table it touches, and a Spark job costs about 0.3 s a table."""
     if arrow_commit.readable(location):
-        from deltalake import DeltaTable, QueryBuilder
-
         ops = ", ".join(f"'{op}'" for op in BINLOG_OPS)
-        found = QueryBuilder().register("bronze", DeltaTable(location)) \
-            .execute(f"SELECT max(_seq) AS newest FROM bronze WHERE _op IN ({ops})").read_all()
-        return pa.table(found).column("newest")[0].as_py()
+        found = arrow_commit.query(location, "bronze", f"SELECT max(_seq) AS newest FROM bronze WHERE _op IN ({ops})")
+        return found.column("newest")[0].as_py()
     df = spark.read.format("delta").load(location).where(F.col("_op").isin(*BINLOG_OPS))
     return df.agg(F.max("_seq")).first()[0]

@@ -250,10 +250,7 @@ def row_count(spark: SparkSession, location: str) -> int:
     if not storage.table_exists(spark, location):
         return 0
     if arrow_commit.readable(location):
-        from deltalake import DeltaTable, QueryBuilder
-
-        found = QueryBuilder().register("silver", DeltaTable(location)).execute("SELECT count(*) AS n FROM silver")
-        return int(pa.table(found.read_all()).column("n")[0].as_py())
+        return int(arrow_commit.query(location, "silver", "SELECT count(*) AS n FROM silver").column("n")[0].as_py())
     return int(spark.read.format("delta").load(location).count())
 
 

@@ -155,11 +155,7 @@ def _where(tables: list[str] | None, groups: list[int] | None = None) -> str:
 
 def _sql(path: str, query: str) -> list[dict[str, Any]]:
     """The rows of `query` over the local split state at `path` (the table `splits`), by delta-rs."""
-    import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
-
-    rows = pa.table(QueryBuilder().register("splits", DeltaTable(path)).execute(query).read_all())
-    return rows.to_pylist()  # type: ignore[no-any-return]
+    return arrow_commit.query(path, "splits", query).to_pylist()  # type: ignore[no-any-return]
 
 
 def _chunk_ranks(spark: SparkSession, path: str, tables: list[str] | None) -> DataFrame:
