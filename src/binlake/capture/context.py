@@ -74,18 +74,19 @@ class Context:
             register(self.spark)
         return self.spark
 
-    def snapshot_rows(self, job: dict[str, Any], here: bool = False) -> Any:
-        """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job; or with
-        `here` read in this process and handed to Spark as local rows (a small table's), None when
-        they hold more than `arrow_commit.ARROW_BYTES` (nothing is written: the read may be repeated)."""
+    def snapshot_rows(self, job: dict[str, Any]) -> Any:
+        """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job."""
         options = {"job": json.dumps(job), "password": self.params["password"]}
-        if here:
-            from binlake.spark.sources import read_here  # deferred as in `session`
-
-            with self.held() as held:
-                rows = read_here(options, held)
-            return self.session().createDataFrame(rows) if rows.nbytes <= arrow_commit.ARROW_BYTES else None
         return self.session().read.format("binlake_snapshot").options(**options).load()
+
+    def snapshot_here(self, job: dict[str, Any]) -> Any:
+        """The rows `snapshot_rows` reads, read in this process instead (a pyarrow Table); None once
+        they hold more than `arrow_commit.ARROW_BYTES` (nothing is written: the read may be repeated)."""
+        from binlake.spark.sources import read_here  # deferred as in `session`
+
+        options = {"job": json.dumps(job), "password": self.params["password"]}
+        with self.held() as held:
+            return read_here(options, held, arrow_commit.ARROW_BYTES)
 
     @contextmanager
     def held(self) -> Iterator[Connections]:

@@ -26,7 +26,7 @@ from binlake.capture.context import Context
 from binlake.capture.progress import Progress
 from binlake.config import Config
 from binlake.errors import RuntimeFailure
-from binlake.lake import arrow_commit, bronze, silver, split_state, storage
+from binlake.lake import arrow_commit, arrow_types, bronze, silver, split_state, storage
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.connection import connect
@@ -77,6 +77,7 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
     landed: list[Split] = []
     # silver's rows if every apply was recorded (see apply_to_silver)
     held = split_state.applied_rows(ctx.session(), ctx.target.split_state, table) if apply_silver else None
+    landing = Landing.large(ctx, schema) if apply_silver else None
     for at in range(0, len(chosen), GROUP_WINDOW):
         window = split_state.load(ctx.session(), ctx.target.split_state, group_size, [table],
                                   chosen[at:at + GROUP_WINDOW]).get(table, [])
@@ -87,7 +88,11 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
         recovered_ids = {s.index for s in recovered}
         by_group = in_groups(s for s in pending if s.index not in recovered_ids)
         for group in sorted(by_group):
-            landed += read_any(ctx, schema, by_group[group], progress)
+            read = read_any(ctx, schema, by_group[group], progress, landing=landing)
+            if landing is not None and landing.rows:
+                held = apply_here(ctx, schema, read, landing, held)
+                continue
+            landed += read
             if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
                 apply_to_silver(ctx, schema, landed, held=held)
                 held = _plus(held, landed)
@@ -112,11 +117,14 @@ def in_groups(splits: Iterable[Split]) -> dict[int, list[Split]]:
 
 
 class Landing:
-    """Where a small table's chunks land when delta-rs commits them (`binlake.lake.arrow_commit`):
-    its bronze, and the snapshot rows kept for silver, which then needs no read of bronze."""
+    """Where a table's chunks land when delta-rs commits them (`binlake.lake.arrow_commit`): its
+    bronze, and the snapshot rows kept for silver, which then needs no read of bronze. A small table
+    (`of`) is read whole and applied to silver once; a large one on a local lake (`large`) group by
+    group, each group's rows applied to silver before the next is read (`take`), and typed by Arrow
+    (`binlake.lake.arrow_types`): no Spark job at all."""
 
-    def __init__(self, table: Any, created: bool) -> None:
-        self.table, self.created = table, created
+    def __init__(self, table: Any, created: bool, typer: arrow_types.Typer | None) -> None:
+        self.table, self.created, self.typer = table, created, typer
         self.rows: list[Any] = []
         self.spilled = False  # a read held more than arrow_commit.ARROW_BYTES: Spark writes the table
 
@@ -125,12 +133,42 @@ class Landing:
         """The landing of a table whose `splits` chunks hold at most `arrow_commit.ARROW_ROWS` rows, or
         None (Spark writes it): a larger or key-less table, or a bronze delta-rs does not write."""
         b = ctx.target.bronze(schema.name).location
-        struct = bronze.struct(schema)
-        if schema.multiset or not arrow_commit.usable(b, schema.names, splits * ctx.cfg.chunk_size):
+        if not arrow_commit.usable(b, schema.names, splits * ctx.cfg.chunk_size):
             return None
-        created = arrow_commit.create(b, struct, bronze.PROPERTIES)
-        table = arrow_commit.writable(b, struct.fieldNames())
-        return None if table is None else cls(table, created)
+        return cls._at(b, schema, arrow_types.typer(schema))
+
+    @classmethod
+    def large(cls, ctx: Context, schema: TableSchema) -> Landing | None:
+        """The landing of any table of a local lake whose columns Arrow types, or None (Spark reads,
+        types and writes it)."""
+        b = ctx.target.bronze(schema.name).location
+        typer = arrow_types.typer(schema)
+        if typer is None or not arrow_commit.usable(b, schema.names, 0):
+            return None
+        return cls._at(b, schema, typer)
+
+    @classmethod
+    def _at(cls, location: str, schema: TableSchema, typer: arrow_types.Typer | None) -> Landing | None:
+        if schema.multiset:
+            return None
+        struct = bronze.struct(schema)
+        created = arrow_commit.create(location, struct, bronze.PROPERTIES)
+        table = arrow_commit.writable(location, struct.fieldNames())
+        return None if table is None else cls(table, created, typer)
+
+    def read(self, ctx: Context, schema: TableSchema, job: dict[str, Any]) -> Any:
+        """A group's chunks read in this process, as bronze's columns; None when they are too large
+        to hold here (then Spark reads them, and every later group of the table)."""
+        flat = ctx.snapshot_here(job)
+        if flat is None:
+            self.spilled = True
+            return None
+        if self.typer is not None:
+            try:
+                return self.typer(flat)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # Spark's cast says what it is
+                log.debug("%s: Arrow could not type a read (%s); Spark types it", schema.name, exc)
+        return bronze.typed_flat(ctx.session().createDataFrame(flat), schema).toArrow()
 
     def append(self, rows: Any, chunks: list[int]) -> list[dict[str, Any]]:
         """Commit chunks' rows (bronze columns) to bronze; their marks, as `bronze.append_chunks`."""
@@ -138,8 +176,10 @@ class Landing:
         self.rows.append(rows.filter(pc.equal(rows.column("_op"), "r")))
         return bronze.arrow_marks(rows, chunks)
 
-    def snapshot_rows(self) -> Any:
-        return pa.concat_tables(self.rows)
+    def take(self) -> Any:
+        """The snapshot rows kept since the last take."""
+        rows, self.rows = self.rows, []
+        return pa.concat_tables(rows)
 
 
 def read_any(ctx: Context, schema: TableSchema, todo: list[Split], progress: Progress,
@@ -185,12 +225,19 @@ class Reading:
         if landing is not None:
             self.whole_arrow(schema, splits, landing)
             return
-        created = not storage.table_exists(self.ctx.session(), self.ctx.target.bronze(schema.name).location)
+        landing = Landing.large(self.ctx, schema)
+        created = landing.created if landing is not None else \
+            not storage.table_exists(self.ctx.session(), self.ctx.target.bronze(schema.name).location)
         by_group = in_groups(splits)
         landed: list[Split] = []
         held = split_state.applied_rows(self.ctx.session(), self.ctx.target.split_state, schema.name)
         for group in sorted(by_group):
-            landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False)
+            read = read_any(self.ctx, schema, by_group[group], self.progress, record=False, landing=landing)
+            if landing is not None and landing.rows:
+                held = apply_here(self.ctx, schema, read, landing, held, record=False)
+                self.applied([s.applied() for s in read])
+                continue
+            landed += read
             if sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS or group == max(by_group):
                 apply_to_silver(self.ctx, schema, landed, record=False, held=held)
                 held = _plus(held, landed)
@@ -207,7 +254,7 @@ class Reading:
         for group in sorted(by_group):
             landed += read_any(self.ctx, schema, by_group[group], self.progress, record=False, landing=landing)
         location = self.ctx.target.silver(schema.name).location
-        if not landing.spilled and silver.insert_snapshot_arrow(schema, landing.snapshot_rows(), location,
+        if not landing.spilled and silver.insert_snapshot_arrow(schema, landing.take(), location,
                                                                    self.ctx.shape):
             faults.point("after_silver_chunks", schema.name)
         else:
@@ -331,23 +378,42 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
     """Read a group's chunks into bronze under the server ids `ids`: in one Spark job, committed by
     Spark; or, for a `landing`, in this process, committed by delta-rs. Record them landed with their
     HW (unless `record` is False: the caller records them later)."""
-    b = ctx.target.bronze(schema.name).location
-    job = {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
-           "server_ids": ids, "dialect": ctx.dialect.to_dict(),
-           "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
-    here = landing is not None and not landing.spilled
-    df = ctx.snapshot_rows(job, here=here)
-    if here and df is None:  # too large to hold here: read again, by Spark
-        landing.spilled, here = True, False  # type: ignore[union-attr]
-        df = ctx.snapshot_rows(job)
-    typed, chunks = bronze.typed_flat(df, schema), [s.index for s in splits]
-    marks = landing.append(typed.toArrow(), chunks) if here else bronze.append_chunks(typed, b, chunks)
+    b, job = ctx.target.bronze(schema.name).location, chunk_job(ctx, schema, splits, ids)
+    chunks = [s.index for s in splits]
+    rows = landing.read(ctx, schema, job) if landing is not None and not landing.spilled else None
+    if rows is not None:
+        marks = landing.append(rows, chunks)  # type: ignore[union-attr]
+    else:
+        marks = bronze.append_chunks(bronze.typed_flat(ctx.snapshot_rows(job), schema), b, chunks)
     faults.point("after_bronze_write", schema.name)
     landed = record_landed(ctx, splits, marks) if record else landed_by(splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})
     if missing:
         raise RuntimeFailure(f"chunks {missing} of {schema.name} have no watermark row in bronze after their read")
     return landed
+
+
+def chunk_job(ctx: Context, schema: TableSchema, splits: list[Split], ids: list[int]) -> dict[str, Any]:
+    """What the `binlake_snapshot` source reads: `splits` of `schema` under the server ids `ids`."""
+    return {"connection": ctx.public_params(), "schema": schema.to_dict(), "splits": [s.to_dict() for s in splits],
+            "server_ids": ids, "dialect": ctx.dialect.to_dict(),
+            "reconnect_timeout": int(ctx.cfg.get("source.reconnect-timeout"))}
+
+
+def apply_here(ctx: Context, schema: TableSchema, read: list[Split], landing: Landing, held: int | None,
+               record: bool = True) -> int | None:
+    """The chunks `read` into a `landing`, applied to silver from the rows it kept, by delta-rs when
+    silver is a table it writes (appended when `held` proves none is there, see apply_to_silver),
+    else by Spark from bronze; then recorded done (unless `record` is False). `held` after them."""
+    location = ctx.target.silver(schema.name).location
+    fresh = held is not None and not schema.row_filter and silver.row_count(ctx.session(), location) == held
+    if silver.insert_snapshot_arrow(schema, landing.take(), location, ctx.shape, fresh=fresh):
+        faults.point("after_silver_chunks", schema.name)
+        if record:
+            split_state.record(ctx.session(), ctx.target.split_state, [s.applied() for s in read])
+    else:
+        apply_to_silver(ctx, schema, read, record, held)
+    return _plus(held, read)
 
 
 def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split], record: bool = True,

@@ -221,10 +221,12 @@ def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: boo
     )
 
 
-def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str, shape: Shape = PLAIN) -> bool:
+def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str, shape: Shape = PLAIN,
+                          fresh: bool = False) -> bool:
     """`insert_snapshot` of the Arrow table `rows` (bronze columns, `r` rows only) by delta-rs: silver
-    created if absent (then the rows are appended), else an insert-only MERGE. False, and nothing
-    written, when silver is a table delta-rs does not write (`arrow_commit.writable`)."""
+    created if absent, or known to hold none of them (`fresh`), takes them appended, else by an
+    insert-only MERGE. False, and nothing written, when silver is a table delta-rs does not write
+    (`arrow_commit.writable`)."""
     if schema.row_filter:
         return False  # Spark evaluates the filter
     names = [f.name for f in struct(schema, shape).fields]
@@ -236,7 +238,7 @@ def insert_snapshot_arrow(schema: TableSchema, rows: Any, silver: str, shape: Sh
     if rows.num_rows == 0:
         return True
     rows = shaped_arrow(rows, shape)
-    if created:  # empty until now: nothing to match
+    if created or fresh:  # nothing to match
         arrow_commit.append(table, rows.select(names))
         return True
     merge, _, _, values = arrow_commit.merge(table, rows.select(names), list(schema.key))

@@ -110,15 +110,22 @@ def _parts(columns: list[list[Any]], wide: list[int]) -> Iterator[tuple[int, int
             yield begin, end
 
 
-def read_here(options: dict[str, str], held: Connections) -> Any:
+def read_here(options: dict[str, str], held: Connections, most_bytes: int) -> Any:
     """What a `binlake_snapshot` job with these options reads, read in this process, slot after slot,
-    on the connections `held` (across the small tables the caller reads): a pyarrow Table of
-    `flat_changes` rows. For a small table the read is milliseconds, and a Spark job's Python workers
-    cost a second."""
+    on the connections `held` (across the tables the caller reads): a pyarrow Table of
+    `flat_changes` rows, or None as soon as they hold more than `most_bytes`. For a small table the
+    read is milliseconds, and a Spark job's Python workers cost a second."""
     import pyarrow as pa
 
     reader = SnapshotReader(options)
-    return pa.Table.from_batches([batch for slot in reader.partitions() for batch in reader.read_held(slot, held)])
+    batches, size = [], 0
+    for slot in reader.partitions():
+        for batch in reader.read_held(slot, held):
+            batches.append(batch)
+            size += batch.nbytes
+            if size > most_bytes:
+                return None
+    return pa.Table.from_batches(batches)
 
 
 class SnapshotSource(DataSource):
