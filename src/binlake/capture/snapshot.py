@@ -1,5 +1,6 @@
 """The snapshot: every unfinished chunk read into bronze, group by group, in Spark jobs of the
-`binlake_snapshot` source (`binlake.spark.sources`), then the landed chunks applied to silver.
+`binlake_snapshot` source (`binlake.spark.sources`), then the landed chunks applied to silver. On a
+local lake the same reader runs in this process instead and delta-rs commits each group (`Landing`).
 
 Each chunk's read and its record in the split state are idempotent, so a snapshot cut short anywhere
 is resumed by the next run: a chunk whose rows reached bronze but whose status did not is recorded

@@ -1,17 +1,19 @@
-"""Small Delta commits made in the driver from Arrow data, by delta-rs: a small table's snapshot and
-a micro-batch's few changes of a table land in milliseconds instead of a Spark job's second or two.
+Delta commits made in the driver from Arrow data, by delta-rs: a local table's snapshot, group by
+group, and a micro-batch's few changes of a table land in milliseconds instead of a Spark job's second
+or two.
 
 Measured on 2 cores with a 100-row table (median of 8): Spark creates an empty table in 0.69 s,
 appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5 ms and MERGEs in
 17 ms. A thousand small tables are a thousand such commits per step, so this is most of their cost.
 
-Spark stays the engine. It reads the source (the snapshot and binlog sources), types the values
-(`binlake.lake.bronze.typed`: the same casts on both paths) and hands the typed rows over as Arrow
-(`DataFrame.toArrow`); only the commit is made here. Spark keeps every large write (more than
-`ARROW_ROWS` rows or `ARROW_BYTES` of values), schema changes, key-less tables (their recount reads
-bronze), a replay's look at bronze, object stores, and any table whose protocol has a feature
-delta-rs does not write (`WRITER_FEATURES`). Either writer commits to a table the other wrote: both keep Delta's log
-protocol, and each table is written by one thread at a time.
+The stream's changes are read and typed by Spark (`binlake.lake.bronze.typed`) and handed over as
+Arrow (`DataFrame.toArrow`); a snapshot's chunks are read in the driver and typed by Arrow
+(`binlake.lake.arrow_types`, the same values). Only the commit is made here. Spark keeps every large
+stream write (more than `ARROW_ROWS` rows), any read of more than `ARROW_BYTES` of values, schema
+changes, key-less tables (their recount reads bronze), a replay's look at bronze, object stores, and
+any table whose protocol has a feature delta-rs does not write (`WRITER_FEATURES`). Either writer
+commits to a table the other wrote: both keep Delta's log protocol, and each table is written by one
+thread at a time.
 
 A table's first commit is written here, as Spark writes it (see `first_commit`): delta-rs 1.6
 gives a new table's columns their column-mapping ids but leaves `columnMapping` out of the protocol,
