@@ -1,4 +1,4 @@
-Delta commits made in the driver from Arrow data, by delta-rs: a local table's snapshot, group by
+"""Delta commits made in the driver from Arrow data, by delta-rs: a local table's snapshot, group by
 group, and a micro-batch's few changes of a table land in milliseconds instead of a Spark job's second
 or two.
 
