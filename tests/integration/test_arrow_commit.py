@@ -156,6 +156,7 @@ def test_a_small_table_of_large_values_is_written_by_spark(dev_db: Any, database
     from delta.tables import DeltaTable
 
     monkeypatch.setattr(arrow_commit, "ARROW_BYTES", 2000)
+    monkeypatch.setattr(arrow_commit, "STREAM_BYTES", 2000)
     execute(dev_db, database, "CREATE TABLE big (id INT PRIMARY KEY, v TEXT)",
             f"INSERT INTO big SELECT seq, REPEAT('x', 100) FROM {seq(1, 50)}")
     cfg_path = write_config(tmp_path / "binlake.yml", dev_db.running_port(), [f"{database}.big"], tmp_path / "lake",

@@ -120,7 +120,7 @@ class MicroBatch:
         return bronze_s, time.monotonic() - t
 
     def land_arrow(self, schema: TableSchema, typed: Any, row: Any) -> tuple[float, float] | None:
-        """A table's few changes (no replay) committed to bronze, then silver, by delta-rs
+        """A table's changes (no replay) committed to bronze, then silver, by delta-rs
         (`binlake.lake.arrow_commit`): (bronze s, silver s); None, with nothing written, when Spark
         is to write them."""
         name = schema.name
@@ -128,7 +128,7 @@ class MicroBatch:
         # every version (SCD type 2) is a Spark MERGE: its ends come from a window over the key's history
         # and a row filter is evaluated by Spark (binlake.lake.row_filter)
         if schema.multiset or self.ctx.shape.versions or schema.row_filter \
-                or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0)):
+                or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0), stream=True):
             return None
         into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
         into_silver = arrow_commit.writable(s, silver.struct(schema, self.ctx.shape).fieldNames())

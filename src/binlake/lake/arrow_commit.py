@@ -31,22 +31,31 @@ from typing import Any
 
 from binlake.lake import storage
 
-# the most rows a commit made here takes (0: every commit through Spark)
+# the most rows of a small table, whose snapshot is read whole in the driver and committed here (0:
+# every commit through Spark)
 ARROW_ROWS = int(os.environ.get("BINLAKE_ARROW_ROWS", "50000"))
-# and the most bytes of values: a small table of large BLOBs is written by Spark, in bounded batches,
-# instead of being held whole in the driver, as Arrow and again as Spark's local rows
+# and the most bytes of values a read in the driver holds: a small table of large BLOBs is written by
+# Spark, in bounded batches, instead of being held whole in the driver, as Arrow and again as Spark's
+# local rows; a larger table's snapshot is read here a group of chunks at a time within it
 ARROW_BYTES = 64 * 1024 * 1024
+# the most rows, and bytes of values, of a micro-batch's share of a table committed here: on 2 cores
+# under load, a share of 500,000 changes to a 1M-row table (the bench's burst) landed in bronze and
+# silver in 15-18 s, against 100 s by Spark's append and MERGE; its typed rows are held in the driver
+STREAM_ROWS = 1_000_000
+STREAM_BYTES = 256 * 1024 * 1024
 # the writer features of binlake's tables that delta-rs writes correctly (checked in tests)
 WRITER_FEATURES = frozenset({"columnMapping", "deletionVectors", "timestampNtz", "invariants", "appendOnly"})
 # the commit file of a table's first version
 FIRST = "00000000000000000000.json"
 
 
-def usable(location: str, names: list[str], rows: int, size: int = 0) -> bool:
+def usable(location: str, names: list[str], rows: int, size: int = 0, stream: bool = False) -> bool:
     """Whether `rows` rows (`size` bytes of values, when known) of a table with the columns `names`
-    may be committed here: a local table, and no column name delta-rs's expression parser misreads
-    (a backtick ends its quoting)."""
-    return 0 < ARROW_ROWS and rows <= ARROW_ROWS and size <= ARROW_BYTES and storage.is_local(location) \
+    may be committed here (a small table's snapshot, or with `stream` a micro-batch's share of a
+    table): commits here are on, the table is local, and no column name is one delta-rs's expression
+    parser misreads (a backtick ends its quoting)."""
+    most_rows, most_bytes = (STREAM_ROWS, STREAM_BYTES) if stream else (ARROW_ROWS, ARROW_BYTES)
+    return 0 < ARROW_ROWS and rows <= most_rows and size <= most_bytes and storage.is_local(location) \
         and not any("`" in n for n in names)
 
 
