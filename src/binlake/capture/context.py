@@ -76,17 +76,18 @@ class Context:
 
     def snapshot_rows(self, job: dict[str, Any]) -> Any:
         """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job."""
-        options = {"job": json.dumps(job), "password": self.params["password"]}
-        return self.session().read.format("binlake_snapshot").options(**options).load()
+        return self.session().read.format("binlake_snapshot").options(**self._snapshot_options(job)).load()
 
     def snapshot_here(self, job: dict[str, Any]) -> Any:
         """The rows `snapshot_rows` reads, read in this process instead (a pyarrow Table); None once
         they hold more than `arrow_commit.ARROW_BYTES` (nothing is written: the read may be repeated)."""
         from binlake.spark.sources import read_here  # deferred as in `session`
 
-        options = {"job": json.dumps(job), "password": self.params["password"]}
         with self.held() as held:
-            return read_here(options, held, arrow_commit.ARROW_BYTES)
+            return read_here(self._snapshot_options(job), held, arrow_commit.ARROW_BYTES)
+
+    def _snapshot_options(self, job: dict[str, Any]) -> dict[str, str]:
+        return {"job": json.dumps(job), "password": self.params["password"]}
 
     @contextmanager
     def held(self) -> Iterator[Connections]:

@@ -407,8 +407,7 @@ def apply_here(ctx: Context, schema: TableSchema, read: list[Split], landing: La
     silver is a table it writes (appended when `held` proves none is there, see apply_to_silver),
     else by Spark from bronze; then recorded done (unless `record` is False). `held` after them."""
     location = ctx.target.silver(schema.name).location
-    fresh = held is not None and not schema.row_filter and silver.row_count(ctx.session(), location) == held
-    if silver.insert_snapshot_arrow(schema, landing.take(), location, ctx.shape, fresh=fresh):
+    if silver.insert_snapshot_arrow(schema, landing.take(), location, ctx.shape, fresh=_fresh(ctx, schema, held)):
         faults.point("after_silver_chunks", schema.name)
         if record:
             split_state.record(ctx.session(), ctx.target.split_state, [s.applied() for s in read])
@@ -436,10 +435,14 @@ def apply_to_silver(ctx: Context, schema: TableSchema, landed: list[Split], reco
     location = ctx.target.silver(schema.name).location
     chunks = [s.index for s in landed]
     rows = spark.read.format("delta").load(b).where(F.col("_chunk").isin(chunks) & (F.col("_op") == "r"))
-    fresh = held is not None and not schema.row_filter and not schema.multiset \
-        and silver.row_count(spark, location) == held
-    silver.insert_snapshot(spark, schema, rows, location, b, ctx.shape, fresh=fresh)
+    silver.insert_snapshot(spark, schema, rows, location, b, ctx.shape, fresh=_fresh(ctx, schema, held))
     faults.point("after_silver_chunks", schema.name)
     if record:
         split_state.record(spark, ctx.target.split_state, [s.applied() for s in landed])
 
+
+def _fresh(ctx: Context, schema: TableSchema, held: int | None) -> bool:
+    """Whether silver holds none of the rows about to be applied: exactly `held` rows (see
+    apply_to_silver), a count that proves nothing for a filtered or key-less table."""
+    return held is not None and not schema.row_filter and not schema.multiset \
+        and silver.row_count(ctx.session(), ctx.target.silver(schema.name).location) == held
