@@ -10,7 +10,7 @@ setup-cluster: setup
 # every test on both servers, the slow ones in turns of five days (tests/conftest.py says why), in two processes
 # (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
-	.venv/bin/python -m pytest -q -n 2 --dist load --durations=30 --ignore=tests/cluster tests
+	.venv/bin/python -m pytest -q -n 2 --dist worksteal --durations=30 --ignore=tests/cluster tests
 
 # binlake under spark-submit on a standalone Spark cluster (master, worker, two executors) and with its lake
 # on a SeaweedFS S3 server, both started by the tests (tests/cluster); each test on the day's server
@@ -23,11 +23,11 @@ test-cluster-all: setup-cluster
 
 # every test, the slow ones on both servers (over an hour on 2 cores)
 test-all: setup
-	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -n 2 --dist load --durations=30 --ignore=tests/cluster tests
+	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -n 2 --dist worksteal --durations=30 --ignore=tests/cluster tests
 
 # the whole integration suite on MySQL alone, slow tests included
 test-mysql: setup
-	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q -n 2 --dist load --durations=30 tests/integration
+	BINLAKE_TEST_SERVERS=mysql BINLAKE_TEST_SLOW_SERVERS=mysql .venv/bin/python -m pytest -q -n 2 --dist worksteal --durations=30 tests/integration
 
 unit: setup
 	.venv/bin/python -m pytest -q tests/unit tests/bundle

@@ -14,8 +14,9 @@ BINLAKE_TEST_SLOW_SERVERS runs every slow test on the servers it names instead (
 sets `mysql`; `mariadb,mysql` runs all of them on both); BINLAKE_TEST_DAY replays another day's
 choice (a day of the year).
 
-`make test` runs the suite in two pytest-xdist processes, each handed the next test as it frees up;
-each process starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
+`make test` runs the suite in two pytest-xdist processes (`--dist worksteal`: each starts with half of
+the tests, and one that runs out takes tests from the other's queue, so neither idles while the other
+holds a block of slow ones); each process starts servers of its own (under `.binlake/gw0`, `.binlake/gw1`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ test_row_filter.py compares filtered silver with the same binlog truth.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 from collections import defaultdict
@@ -29,6 +30,7 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
+from binlake.cli import main
 from binlake.config import load
 from binlake.lake.silver_shape import Shape
 from binlake.lake.target import Target
@@ -203,7 +205,7 @@ SHAPES = {"both": Shape("soft", 2), "soft": Shape("soft", 1), "history": Shape("
     pytest.param("history", marks=pytest.mark.slow),
 ])
 def test_kept_deletes_and_history_under_writers_and_a_kill(dev_db: Any, database: str, spark: Any, tmp_path: Path,
-                                                          which: str) -> None:
+                                                          which: str, capsys: pytest.CaptureFixture[str]) -> None:
     from binlake.commands.verify import verify
 
     shape, port = SHAPES[which], dev_db.running_port()
@@ -233,6 +235,10 @@ def test_kept_deletes_and_history_under_writers_and_a_kill(dev_db: Any, database
                         f"{sorted(set(now.items()) ^ set(live.items()))[:6]}"
     report = verify(cfg)
     assert report["ok"], report
+    capsys.readouterr()
+    assert main(["status", "-c", str(cfg_path), "--json"]) == 0
+    [status] = json.loads(capsys.readouterr().out)["tables"]
+    assert status["rows"] == len(live) < len(rows), (status, len(live), len(rows))  # live rows, not tombstones
     versions = check_history(rows, truth, live, shape) if shape.versions else 0
     tombstones = check_deletes(rows, truth, shape) if shape.soft else 0
     changes = sum(len(e) for e in truth.values())

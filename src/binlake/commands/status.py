@@ -99,6 +99,13 @@ def status(cfg: Config) -> dict[str, Any]:
     }
 
 
+def _live_rows(spark: Any, location: str, live: str | None) -> int:
+    """The rows of the silver table at `location` that stand for a source row now (not its tombstones
+    or ended versions: `binlake.lake.silver_shape.Shape.live`)."""
+    rows = spark.read.format("delta").load(location)
+    return int((rows if live is None else rows.where(live)).count())
+
+
 def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, Any], seen: Look) -> list[dict[str, Any]]:
     from delta.tables import DeltaTable
 
@@ -111,7 +118,7 @@ def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, A
         ss = splits.get(name, [])
         done = [s for s in ss if s.landed]  # read into bronze
         silver = ctx.target.silver(name)
-        rows = (spark.read.format("delta").load(silver.location).count()
+        rows = (_live_rows(spark, silver.location, ctx.shape.live())
                 if DeltaTable.isDeltaTable(spark, silver.location) else 0)
         max_hw = max((s.hw for s in done if s.hw), default=None)
         if not ss:

@@ -19,7 +19,6 @@ from binlake.config import Config
 from binlake.keys import KeyOrder
 from binlake.lake import bronze, row_filter
 from binlake.lake import split_state as state
-from binlake.lake.silver_shape import DELETED, END
 from binlake.source.chunk_reader import Membership
 from binlake.source.connection import connect
 
@@ -50,10 +49,8 @@ def verify(cfg: Config) -> dict[str, Any]:
             "password", ctx.params["password"]).load()
         src = row_filter.matching(bronze.typed_flat(raw, schema), schema).cache()  # the source's rows that match
         sil = spark.read.format("delta").load(ctx.target.silver(name).location)
-        if ctx.shape.versions:
-            sil = sil.where(F.col(END).isNull())
-        if ctx.shape.soft:
-            sil = sil.where(~F.col(DELETED))
+        if (live := ctx.shape.live()) is not None:
+            sil = sil.where(live)
         names = schema.names
         digest = F.xxhash64(*[F.col(bronze.sql_name(c)) for c in names]).cast("decimal(38,0)")
         # silver rows find their chunk by the chunk key (one chunk per value, however many rows share it)

@@ -60,6 +60,12 @@ class Shape:
         """The metadata columns this shape adds after `_seq` and `_ts`, in order."""
         return ([DELETED] if self.soft else []) + ([START, END] if self.versions else [])
 
+    def live(self) -> str | None:
+        """A Spark SQL predicate true of silver's current, live rows (one per key that exists in the
+        source now: no tombstone, no ended version), or None where every row is one."""
+        terms = ([f"{END} IS NULL"] if self.versions else []) + ([f"NOT {DELETED}"] if self.soft else [])
+        return " AND ".join(terms) or None
+
     def settings(self) -> str:
         return f"silver.deletes: {self.deletes}, silver.history: {self.history}"
 
