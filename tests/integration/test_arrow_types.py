@@ -2,12 +2,14 @@
 (`binlake.lake.bronze.typed_flat`), which it stands in for on a local lake: every column of
 `test_types` and a few thousand random FLOAT, DOUBLE, DECIMAL, BIGINT UNSIGNED, DATE, DATETIME and
 TIMESTAMP values, read from the server by the snapshot's own reader, must come out identical, type
-and value, bit for bit for the floating-point ones."""
+and value, bit for bit for the floating-point ones; and so must the same values as the binlog source
+hands them to a micro-batch (`_vals`, which a small batch types by Arrow)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import math
 import random
 import struct
@@ -15,13 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from binlake.capture.context import Context
+from binlake.capture.context import Context, current_position
 from binlake.capture.plan import plan
 from binlake.capture.snapshot import chunk_job
+from binlake.capture.stream_query import binlog_job
 from binlake.config import load
 from binlake.lake import arrow_types, bronze, split_state
 from binlake.schema import Column, TableSchema
+from binlake.spark.binlog_source import BinlogRange, BinlogReader
 
 from .capture import connect, write_config
 from .test_types import COLUMNS, ROWS
@@ -60,8 +65,8 @@ def _texts(column: Any) -> list[str]:
     return [repr(v) for v in column.to_pylist()]
 
 
-def test_arrow_typing_equals_spark_s_casts(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    port = dev_db.running_port()
+def _tables(port: int, database: str, tmp_path: Path) -> Path:
+    """`ty` (every type of test_types) and `rnd` (random values), and a configuration capturing them."""
     ddl = ", ".join(f"`{n}` {t}" for n, t, _ in COLUMNS)
     rnd = random.Random(38)
     with connect(port, database, time_zone="+05:30", sql_mode="") as w, w.cursor() as cur:
@@ -73,9 +78,23 @@ def test_arrow_typing_equals_spark_s_casts(dev_db, database, spark, tmp_path: Pa
         cur.executemany("INSERT INTO rnd VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                         [(i, *_random_row(rnd)) for i in range(RANDOM_ROWS)])
         cur.execute("INSERT INTO rnd (id) VALUES (-1)")  # every column NULL
-    cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.(ty|rnd)"], tmp_path / "lake", "6100-6104",
-                            chunk_size=1000)
-    cfg = load(cfg_path)
+    return write_config(tmp_path / "binlake.yml", port, [f"{database}\\.(ty|rnd)"], tmp_path / "lake", "6100-6104",
+                        chunk_size=1000)
+
+
+def _compare(name: str, ours: pa.Table, sparks: pa.Table) -> int:
+    """Assert the two typings identical, type and value; the values compared."""
+    assert ours.column_names == sparks.column_names
+    for field in sparks.schema:
+        got, want = ours.column(field.name), sparks.column(field.name)
+        assert _plain(got.type) == _plain(want.type), f"{name}.{field.name}: {got.type} != {want.type}"
+        differ = [(a, b) for a, b in zip(_texts(got), _texts(want)) if a != b]
+        assert not differ, f"{name}.{field.name}: {len(differ)} values differ, first {differ[:3]}"
+    return ours.num_rows * ours.num_columns
+
+
+def test_arrow_typing_equals_spark_s_casts(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cfg = load(_tables(dev_db.running_port(), database, tmp_path))
     ctx = Context(cfg)
     plan(cfg, ctx)
     splits = split_state.load(ctx.session(), ctx.target.split_state, int(cfg.get("snapshot.group-size")))
@@ -86,15 +105,33 @@ def test_arrow_typing_equals_spark_s_casts(dev_db, database, spark, tmp_path: Pa
             flat = ctx.snapshot_here(chunk_job(ctx, schema, splits[name], ids))
         typer = arrow_types.typer(schema)
         assert typer is not None, f"{name}: Arrow types none of it"
-        ours = typer(flat)
-        sparks = bronze.typed_flat(spark.createDataFrame(flat), schema).toArrow()
-        assert ours.column_names == sparks.column_names
-        for field in sparks.schema:
-            got, want = ours.column(field.name), sparks.column(field.name)
-            assert _plain(got.type) == _plain(want.type), f"{name}.{field.name}: {got.type} != {want.type}"
-            differ = [(a, b) for a, b in zip(_texts(got), _texts(want)) if a != b]
-            assert not differ, f"{name}.{field.name}: {len(differ)} values differ, first {differ[:3]}"
-            compared += len(got)
+        compared += _compare(name, typer(flat), bronze.typed_flat(spark.createDataFrame(flat), schema).toArrow())
+    ctx.release()
+    assert compared > RANDOM_ROWS * 9
+
+
+def test_arrow_typing_of_binlog_changes_equals_spark_s(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A small micro-batch is typed by Arrow in the driver (binlake.capture.batch_in_hand): the
+    binlog source's change rows of every row of both tables, deleted (a delete's image holds every
+    value), through Spark as a micro-batch hands them over, then typed both ways."""
+    port = dev_db.running_port()
+    ctx = Context(load(_tables(port, database, tmp_path)))
+    start = current_position(ctx)
+    with connect(port, database) as w, w.cursor() as cur:
+        cur.execute("DELETE FROM ty")
+        cur.execute("DELETE FROM rnd")
+    job = binlog_job(ctx, ctx.schemas(), {}, start)
+    reader = BinlogReader({"job": json.dumps(job), "password": ctx.params["password"]})
+    end = reader.latestOffset(start.to_dict())
+    read = pa.Table.from_batches(list(reader.read(BinlogRange(start.to_dict(), end))))
+    compared = 0
+    for name, schema in ctx.schemas().items():
+        handed = spark.createDataFrame(read.filter(pc.equal(read.column("_table"), name)), schema=bronze.CHANGES)
+        rows = handed.toArrow()
+        flat = arrow_types.flat_of_changes(rows, len(schema.columns))
+        typer = arrow_types.typer(schema)
+        assert flat is not None and typer is not None, name
+        compared += _compare(name, typer(flat), bronze.typed(handed, schema).toArrow())
     ctx.release()
     assert compared > RANDOM_ROWS * 9
 

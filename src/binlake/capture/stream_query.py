@@ -84,7 +84,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     history = ctx.versions()
     job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
                      None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
-    each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start))
+    each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start), start)
     reader = (spark.readStream.format("binlake_binlog").option("job", json.dumps(job))
               .option("password", ctx.params["password"]).load())
     # Spark's own progress reports (query.lastProgress, StreamingQueryListener) carry the binlog

@@ -74,6 +74,23 @@ def typer(schema: TableSchema) -> Typer | None:
     return typed
 
 
+def flat_of_changes(changes: pa.Table, width: int) -> pa.Table | None:
+    """A micro-batch's change rows of one table (`bronze.CHANGES` as Arrow: each row's texts in its
+    `_vals`, in its schema's order) as a snapshot read's flat rows (`_c0.._cN`), which `typer`
+    types; None, for Spark to type them (and refuse a row whose count of values is not the schema's),
+    unless every row holds exactly `width` values."""
+    import numpy as np
+
+    vals = changes.column("_vals").combine_chunks()
+    if vals.null_count or (len(vals) and pc.min_max(pc.list_value_length(vals)).as_py() != {"min": width, "max": width}):
+        return None
+    values = pc.list_flatten(vals)
+    columns = [values.take(pa.array(np.arange(i, len(values), width))) for i in range(width)]
+    meta = [n for n in changes.column_names if n not in ("_table", "_row", "_vals")]
+    return pa.Table.from_arrays([changes.column(n) for n in meta] + columns,
+                                names=meta + [f"_c{i}" for i in range(width)])
+
+
 def _value(texts: Any, kind: Any) -> Any:
     """A column of texts as `kind`: Arrow's cast, or base64 decoded for binary."""
     if kind == pa.string():

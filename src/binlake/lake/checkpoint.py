@@ -42,6 +42,21 @@ def committed_end(checkpoint: Location | str) -> dict[str, Any] | None:
     return None
 
 
+def batch_range(checkpoint: Location | str, batch_id: int, first: BinlogPosition) -> tuple[BinlogPosition, BinlogPosition] | None:
+    """The binlog range of micro-batch `batch_id` as Spark recorded it before running it: from the
+    previous batch's end offset (or `first`, the query's start, for batch 0) to its own; None where
+    the checkpoint no longer holds them."""
+    folder = _folder(checkpoint) / "offsets"
+
+    def end_of(n: int) -> BinlogPosition | None:
+        f = folder / str(n)
+        return BinlogPosition.from_dict(json.loads(f.read_text().strip().splitlines()[-1])) if f.exists() else None
+
+    end = end_of(batch_id)
+    start = first if batch_id == 0 else end_of(batch_id - 1)
+    return None if start is None or end is None else (start, end)
+
+
 def committed_offset(checkpoint: Location | str) -> BinlogPosition | None:
     """The end position of the last committed micro-batch in the checkpoint, if any."""
     end = committed_end(checkpoint)

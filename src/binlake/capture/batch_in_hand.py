@@ -1,0 +1,107 @@
+"""A micro-batch's change rows as the stream lands them: held in the driver as Arrow, or cached by
+Spark.
+
+Spark hands `foreachBatch` a frame that reads the binlog when asked. Landing it asks several times
+(each table's figures, then each table's rows), so a large batch is cached by Spark first
+(`CachedBatch`): a job to read and count, then a job per table to type its rows. A small one is
+collected into the driver once (`HeldBatch`): one job, the figures counted by Arrow, and each
+table's rows typed by Arrow's casts (`binlake.lake.arrow_types`, the same values as Spark's) for
+delta-rs to commit; a table Spark is to write (a schema change, a replay, a row filter, ...) gets a
+Spark frame of its rows from the driver.
+
+Small means at most HAND_BYTES of binlog between the batch's offsets, on one binlog file of one
+server: a batch's rows take a few times the bytes of their row events, so the driver holds a bounded
+amount, where a batch after a long stop (a backlog of hours) is cached by Spark, spilling to disk.
+On 2 cores a steady 200 rows a second made batches of about 40 KB each, whose figures took a Spark
+job of 0.3-0.5 s with its shuffle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import functions as F
+
+from binlake.lake import arrow_types, bronze
+from binlake.offsets import BinlogPosition
+from binlake.schema import TableSchema
+
+HAND_BYTES = 8 * 1024 * 1024
+
+
+def in_hand(start: BinlogPosition, end: BinlogPosition) -> bool:
+    """Whether a batch from `start` to `end` is small enough to hold in the driver."""
+    return start.epoch == end.epoch and start.file == end.file and end.pos - start.pos <= HAND_BYTES
+
+
+class CachedBatch:
+    """A batch cached by Spark: figures by one aggregation, each table's rows typed by Spark."""
+
+    def __init__(self, whole: Any) -> None:
+        self.whole = whole.persist()
+
+    def figures(self) -> tuple[list[Any], list[str]]:
+        """Each table's figures (rows with `_table`, `n`, `ts`, `oldest`, `marks`, `others`, `size`)
+        and the batch's GTID trailers (`_op` g, under the table "", in a group of their own): one job."""
+        op = F.col("_op")
+        groups = self.whole.groupBy("_table").agg(
+            F.count("*").alias("n"), F.max("_ts").alias("ts"), F.min("_seq").alias("oldest"),
+            F.sum(F.when(op == "s", 1).otherwise(0)).alias("marks"),
+            F.sum(F.when(op != "c", 1).otherwise(0)).alias("others"),
+            F.sum(F.length(F.array_join("_vals", ""))).alias("size"),
+            F.collect_list(F.when(op == "g", F.col("_row"))).alias("trailers")).collect()
+        return [r for r in groups if not r["trailers"]], [t for r in groups for t in r["trailers"]]
+
+    def frame(self, name: str) -> Any:
+        return self.whole.where((F.col("_table") == name) & (F.col("_op") != "g"))
+
+    def typed(self, name: str, schema: TableSchema) -> pa.Table:
+        return bronze.typed(self.frame(name), schema).toArrow()
+
+    def release(self) -> None:
+        self.whole.unpersist()
+
+
+class HeldBatch:
+    """A batch collected into the driver as Arrow (`bronze.CHANGES`'s columns)."""
+
+    def __init__(self, rows: pa.Table, spark: Any) -> None:
+        self.rows, self.spark = rows, spark
+        self.tables: dict[str, pa.Table] = {}
+
+    def figures(self) -> tuple[list[dict[str, Any]], list[str]]:
+        """`CachedBatch.figures`, counted by Arrow."""
+        op = self.rows.column("_op")
+        trailers = self.rows.filter(pc.equal(op, "g")).column("_row").to_pylist()
+        changes = self.rows.filter(pc.not_equal(op, "g"))
+        out = []
+        for name in pc.unique(changes.column("_table")).to_pylist():
+            rows = self.tables[name] = changes.filter(pc.equal(changes.column("_table"), name))
+            ops = rows.column("_op")
+            out.append({
+                "_table": name, "n": rows.num_rows, "ts": pc.max(rows.column("_ts")).as_py(),
+                "oldest": pc.min(rows.column("_seq")).as_py(),
+                "marks": pc.sum(pc.equal(ops, "s").cast(pa.int64())).as_py(),
+                "others": pc.sum(pc.not_equal(ops, "c").cast(pa.int64())).as_py(),
+                "size": pc.sum(pc.binary_length(pc.list_flatten(rows.column("_vals")))).as_py() or 0,
+            })
+        return out, trailers
+
+    def frame(self, name: str) -> Any:
+        return self.spark.createDataFrame(self.tables[name], schema=bronze.CHANGES)
+
+    def typed(self, name: str, schema: TableSchema) -> pa.Table:
+        """The table's rows typed for bronze by Arrow, or by Spark where Arrow does not type them."""
+        typer = arrow_types.typer(schema)
+        flat = arrow_types.flat_of_changes(self.tables[name], len(schema.columns)) if typer else None
+        if typer is None or flat is None:
+            return bronze.typed(self.frame(name), schema).toArrow()
+        try:
+            return typer(flat)
+        except pa.ArrowInvalid:  # a text Arrow's cast does not read: Spark's cast decides
+            return bronze.typed(self.frame(name), schema).toArrow()
+
+    def release(self) -> None:
+        self.tables.clear()
