@@ -245,3 +245,30 @@ def test_kept_deletes_and_history_under_writers_and_a_kill(dev_db: Any, database
     assert writers.done > 200 and tombstones + versions > 0
     print(f"{which} on {dev_db.server}: {writers.done} statements, {changes} row changes over {len(truth)} keys; "
           f"{versions} versions and {tombstones} tombstones as the binlog has them (seed {seed})")
+
+
+def test_a_shape_changed_while_a_snapshot_was_cut_short_is_refused_in_one_line(
+        dev_db: Any, database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run killed after its first group reached silver, then the settings changed: the next run
+    refuses before it reads (exit code 2, one line naming both shapes), instead of a MERGE failing on
+    the columns of the other shape. The check is the lake's, so one server is enough."""
+    if dev_db.server != "mariadb":
+        pytest.skip("the check reads the lake alone: MariaDB's run covers it")
+    port = dev_db.running_port()
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                         autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40), n INT NOT NULL)")
+        cur.execute(f"INSERT INTO t SELECT seq, CONCAT('r', seq), 0 FROM {seq(1, 1000)}")
+    cfg_path = _config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", Shape())
+    crashed = run_cli("run", "-c", str(cfg_path), "--until-caught-up",
+                      env={"BINLAKE_CRASH_AT": "after_silver_chunks:1", "BINLAKE_CRASH_COUNTER": str(tmp_path / "n")})
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    silver = Target.of(load(cfg_path)).silver(f"{database}.t").location
+    for shape in (SHAPES["soft"], SHAPES["history"]):
+        _config(cfg_path, port, database, tmp_path / "lake", shape)
+        capsys.readouterr()
+        assert main(["run", "-c", str(cfg_path), "--until-caught-up"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (f"binlake: the silver table at {silver} was built with silver.deletes: hard, silver.history: "
+                       f"1; the configuration now says {shape.settings()}: set them back, or snapshot the tables "
+                       "again into a new target.path"), err

@@ -55,6 +55,8 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: OnBatch | None = Non
             if on_batch is None:
                 bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)
                 silver.ensure_table(spark, ctx.target.silver(name).location, schema, ctx.shape)
+            else:  # the reads create it; one from a run cut short must be of this shape
+                silver.refuse_other_shape(spark, ctx.target.silver(name).location, ctx.shape)
             tail = last.get(name)
             if tail is not None and tail.end is None:
                 continue  # fully planned
