@@ -88,9 +88,10 @@ class MicroBatch:
     def take(self, whole: Any, batch_id: int) -> Any:
         """The batch's rows: in the driver as Arrow when its binlog range is small and the lake local
         (one Spark job, then no other), else cached by Spark for the passes over them."""
-        span = batch_range(self.ctx.target.checkpoint_files, batch_id, self.start)
-        if arrow_commit.local(self.ctx.target.checkpoint) and span is not None and in_hand(*span):
-            return HeldBatch(whole.toArrow(), self.ctx.session())
+        if arrow_commit.local(self.ctx.target.checkpoint):
+            span = batch_range(self.ctx.target.checkpoint_files, batch_id, self.start)
+            if span is not None and in_hand(*span):
+                return HeldBatch(whole.toArrow(), self.ctx.session())
         return CachedBatch(whole)
 
     def land(self, batch: Any, row: Any, batch_id: int) -> tuple[float, float]:

@@ -7,14 +7,13 @@ appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5
 17 ms. A thousand small tables are a thousand such commits per step, so this is most of their cost.
 
 A large micro-batch's changes are typed by Spark (`binlake.lake.bronze.typed`) and handed over as
-Arrow (`DataFrame.toArrow`); a small one's, and a snapshot's chunks, are typed by Arrow in the driver
-(`binlake.lake.arrow_types`, the same values; `binlake.capture.batch_in_hand`). Only the commit is
-made here. Spark keeps every large
-stream write (more than `ARROW_ROWS` rows), any read of more than `ARROW_BYTES` of values, schema
-changes, key-less tables (their recount reads bronze), a replay's look at bronze, object stores, and
-any table whose protocol has a feature delta-rs does not write (`WRITER_FEATURES`). Either writer
-commits to a table the other wrote: both keep Delta's log protocol, and each table is written by one
-thread at a time.
+Arrow (`DataFrame.toArrow`); a small one's, and a snapshot's chunks, are typed by Arrow in the
+driver (`binlake.lake.arrow_types`, the same values; `binlake.capture.batch_in_hand`). Only the
+commit is made here. Spark keeps every large stream write (more than `ARROW_ROWS` rows), any read of
+more than `ARROW_BYTES` of values, schema changes, key-less tables (their recount reads bronze), a
+replay's look at bronze, object stores, and any table whose protocol has a feature delta-rs does not
+write (`WRITER_FEATURES`). Either writer commits to a table the other wrote: both keep Delta's log
+protocol, and each table is written by one thread at a time.
 
 A table's first commit is written here, as Spark writes it (see `first_commit`): delta-rs 1.6
 gives a new table's columns their column-mapping ids but leaves `columnMapping` out of the protocol,

@@ -82,7 +82,8 @@ def flat_of_changes(changes: pa.Table, width: int) -> pa.Table | None:
     import numpy as np
 
     vals = changes.column("_vals").combine_chunks()
-    if vals.null_count or (len(vals) and pc.min_max(pc.list_value_length(vals)).as_py() != {"min": width, "max": width}):
+    counts = pc.min_max(pc.list_value_length(vals)).as_py()
+    if vals.null_count or (len(vals) and counts != {"min": width, "max": width}):
         return None
     values = pc.list_flatten(vals)
     columns = [values.take(pa.array(np.arange(i, len(values), width))) for i in range(width)]

@@ -42,7 +42,8 @@ def committed_end(checkpoint: Location | str) -> dict[str, Any] | None:
     return None
 
 
-def batch_range(checkpoint: Location | str, batch_id: int, first: BinlogPosition) -> tuple[BinlogPosition, BinlogPosition] | None:
+def batch_range(checkpoint: Location | str, batch_id: int,
+                first: BinlogPosition) -> tuple[BinlogPosition, BinlogPosition] | None:
     """The binlog range of micro-batch `batch_id` as Spark recorded it before running it: from the
     previous batch's end offset (or `first`, the query's start, for batch 0) to its own; None where
     the checkpoint no longer holds them."""
