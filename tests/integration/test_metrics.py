@@ -135,6 +135,7 @@ def with_metrics(cfg: Path, **sections: dict[str, Any]) -> int:
     return port
 
 
+@pytest.mark.slow
 def test_metrics_of_a_run_and_its_status(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     lake = tmp_path / "lake"

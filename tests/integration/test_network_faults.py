@@ -47,6 +47,7 @@ def _assert_exact(spark: Any, cfg_path: Path, port: int, database: str) -> None:
     assert bronze_duplicates(spark, Target.of(cfg).bronze(f"{database}.t").location) == 0
 
 
+@pytest.mark.slow
 def test_connections_cut_mid_select_and_mid_binlog_read(dev_db: Any, database: str, spark: Any,
                                                         tmp_path: Path) -> None:
     """Each chunk SELECT (10,000 rows, about 1 MB) is cut after 200 kB the first times; later the

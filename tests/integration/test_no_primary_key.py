@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pyspark.sql import functions as F
 
 from binlake.source.chunk_reader import Hooks, read_chunk
@@ -106,6 +107,7 @@ def dup_rows(port: int, database: str) -> list[tuple[Any, ...]]:
         return sorted(cur.fetchall(), key=repr)
 
 
+@pytest.mark.slow
 def test_non_unique_chunk_key_keeps_identical_rows(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     with connect(port, database) as conn, conn.cursor() as cur:
