@@ -96,12 +96,12 @@ class HeldBatch:
         """The table's rows typed for bronze by Arrow, or by Spark where Arrow does not type them."""
         typer = arrow_types.typer(schema)
         flat = arrow_types.flat_of_changes(self.tables[name], len(schema.columns)) if typer else None
-        if typer is None or flat is None:
-            return bronze.typed(self.frame(name), schema).toArrow()
-        try:
-            return typer(flat)
-        except pa.ArrowInvalid:  # a text Arrow's cast does not read: Spark's cast decides
-            return bronze.typed(self.frame(name), schema).toArrow()
+        if typer is not None and flat is not None:
+            try:
+                return typer(flat)
+            except pa.ArrowInvalid:  # a text Arrow's cast does not read: Spark's cast decides
+                pass
+        return bronze.typed(self.frame(name), schema).toArrow()
 
     def release(self) -> None:
         self.tables.clear()

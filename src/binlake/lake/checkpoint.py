@@ -35,11 +35,14 @@ def committed_end(checkpoint: Location | str) -> dict[str, Any] | None:
     and its file's creation time (see binlake.source.identity)."""
     folder = _folder(checkpoint)
     done = sorted((int(p.name) for p in (folder / "commits").iterdir() if p.name.isdigit()), reverse=True)
-    for n in done:
-        f = folder / "offsets" / str(n)
-        if f.exists():
-            return dict(json.loads(f.read_text().strip().splitlines()[-1]))
-    return None
+    return next((end for n in done if (end := _end_offset(folder, n)) is not None), None)
+
+
+def _end_offset(folder: Location, batch_id: int) -> dict[str, Any] | None:
+    """The source offset Spark recorded as batch `batch_id`'s end (its offsets file's last line), if
+    the checkpoint still holds it."""
+    f = folder / "offsets" / str(batch_id)
+    return dict(json.loads(f.read_text().strip().splitlines()[-1])) if f.exists() else None
 
 
 def batch_range(checkpoint: Location | str, batch_id: int,
@@ -47,15 +50,10 @@ def batch_range(checkpoint: Location | str, batch_id: int,
     """The binlog range of micro-batch `batch_id` as Spark recorded it before running it: from the
     previous batch's end offset (or `first`, the query's start, for batch 0) to its own; None where
     the checkpoint no longer holds them."""
-    folder = _folder(checkpoint) / "offsets"
-
-    def end_of(n: int) -> BinlogPosition | None:
-        f = folder / str(n)
-        return BinlogPosition.from_dict(json.loads(f.read_text().strip().splitlines()[-1])) if f.exists() else None
-
-    end = end_of(batch_id)
-    start = first if batch_id == 0 else end_of(batch_id - 1)
-    return None if start is None or end is None else (start, end)
+    folder = _folder(checkpoint)
+    end = _end_offset(folder, batch_id)
+    start = first.to_dict() if batch_id == 0 else _end_offset(folder, batch_id - 1)
+    return None if start is None or end is None else (BinlogPosition.from_dict(start), BinlogPosition.from_dict(end))
 
 
 def committed_offset(checkpoint: Location | str) -> BinlogPosition | None:

@@ -83,16 +83,21 @@ def ensure_table(spark: SparkSession, location: str, schema: TableSchema, shape:
             builder = builder.property(key, value)
         builder.execute()
         return
-    refuse_other_shape(spark, location, shape)
+    _refuse_mismatch(spark, location, shape)
 
 
 def refuse_other_shape(spark: SparkSession, location: str, shape: Shape) -> None:
     """ConfigError, in one line, when a silver table is at `location` that was built in another
     shape: checked before a run reads anything, for a table whose snapshot was cut short too."""
     if storage.table_exists(spark, location):
-        wrong = shape.mismatch(location, columns(spark, location))
-        if wrong:
-            raise ConfigError(wrong)
+        _refuse_mismatch(spark, location, shape)
+
+
+def _refuse_mismatch(spark: SparkSession, location: str, shape: Shape) -> None:
+    """ConfigError when the existing silver table at `location` was built in another shape."""
+    wrong = shape.mismatch(location, columns(spark, location))
+    if wrong:
+        raise ConfigError(wrong)
 
 
 def columns(spark: SparkSession, location: str) -> list[str]:
