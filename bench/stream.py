@@ -104,13 +104,16 @@ def baseline(source: Source, start: tuple[str, int], stop: tuple[str, int]) -> d
 
 
 STAMP = r"^(\S+ \S+) INFO "
-QUERY_START = re.compile(STAMP + r"py4j\.java_gateway: Callback Server Starting", re.M)
+# the stream's start: Spark's query (py4j's callback server, started as foreachBatch is registered), or
+# the loop a local lake streams with (binlake.capture.stream_loop)
+QUERY_START = re.compile(STAMP + r"(?:py4j\.java_gateway: Callback Server Starting|binlake\.capture\.stream_loop: "
+                         r"streaming from)", re.M)
 BATCH_END = re.compile(STAMP + r"binlake\.capture\.micro_batch: batch \d+:", re.M)
 
 
 def in_process_seconds(text: str) -> float | None:
-    """From the streaming query's start (py4j starts its callback server when foreachBatch is
-    registered) to the last micro-batch's log line: the stream without JVM start and state loading."""
+    """From the stream's start to the last micro-batch's log line: the stream without JVM start and
+    state loading."""
     start, ends = QUERY_START.findall(text), BATCH_END.findall(text)
     if not start or not ends:
         return None

@@ -16,6 +16,7 @@ from binlake.capture.context import Context
 from binlake.capture.run import run
 from binlake.source.dialect import binlog_head
 from binlake.capture.stream_query import PROGRESS_METRICS
+from binlake.lake import arrow_commit
 from binlake.lake.checkpoint import committed_offset
 from binlake.capture.stream import resume_position
 from binlake.commands.status import status
@@ -66,7 +67,9 @@ def settled_head(conn) -> BinlogPosition:  # type: ignore[no-untyped-def]
     return binlog_head(conn)
 
 
-def test_idle_table_position_advances_past_purged_files(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_idle_table_position_advances_past_purged_files(dev_db, database, spark, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The idle run is the driver's loop on this local lake (binlake.capture.stream_loop); the last run
+    is Spark's query (every commit through Spark), whose progress reports carry the position."""
     port = dev_db.running_port()
     create_table(port, database, 50)
     with dev_db.connect(database) as conn, conn.cursor() as cur:
@@ -106,17 +109,15 @@ def test_idle_table_position_advances_past_purged_files(dev_db, database, spark,
         assert before.file != moved.file  # without the heartbeats the position would now be gone
         with dev_db.connect(database) as conn, conn.cursor() as cur:
             cur.execute("UPDATE t SET v = 'after purge' WHERE id <= 10")
+        monkeypatch.setattr(arrow_commit, "ARROW_ROWS", 0)
         run(cfg, until_caught_up=True)  # resumes from a file the server still has: no error
         time.sleep(1)  # listener events arrive asynchronously
     finally:
         spark.streams.removeListener(listener)
     assert silver_rows(spark, target.silver(f"{database}.t").location) == source_rows(port, database)
-    # Spark's progress carries the position and the metrics: the idle run moved the offset with no
-    # change read; the last run read the ten updates, written seconds ago
-    offsets = [BinlogPosition.from_dict(o) for o, _ in listener.reports]
-    assert moved in offsets
-    assert all(m["changes"] == 0 for o, m in listener.reports if BinlogPosition.from_dict(o) <= moved)
+    # Spark's progress carries the position and the metrics: the last run read the ten updates,
+    # written seconds ago, from the position the idle run moved to
+    assert listener.reports
     last_offset, last = listener.reports[-1]
     assert last["changes"] == 10 and BinlogPosition.from_dict(last_offset) > moved
     assert 0 <= time.time() - last["last_event_ts"] < 600
-

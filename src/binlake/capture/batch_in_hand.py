@@ -18,6 +18,7 @@ job of 0.3-0.5 s with its shuffle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -67,8 +68,8 @@ class CachedBatch:
 class HeldBatch:
     """A batch collected into the driver as Arrow (`bronze.CHANGES`'s columns)."""
 
-    def __init__(self, rows: pa.Table, spark: Any) -> None:
-        self.rows, self.spark = rows, spark
+    def __init__(self, rows: pa.Table, session: Callable[[], Any]) -> None:
+        self.rows, self.session = rows, session  # Spark's session, started only when a table needs it
         self.tables: dict[str, pa.Table] = {}
 
     def figures(self) -> tuple[list[dict[str, Any]], list[str]]:
@@ -90,7 +91,7 @@ class HeldBatch:
         return out, trailers
 
     def frame(self, name: str) -> Any:
-        return self.spark.createDataFrame(self.tables[name], schema=bronze.CHANGES)
+        return self.session().createDataFrame(self.tables[name], schema=bronze.CHANGES)
 
     def typed(self, name: str, schema: TableSchema) -> pa.Table:
         """The table's rows typed for bronze by Arrow, or by Spark where Arrow does not type them."""

@@ -173,7 +173,13 @@ def looked(query: Any) -> None:
         return
     # before its first trigger a query says "Initializing ..." with no data available: it has not looked yet
     if not str(status.get("message", "")).startswith("Initializing"):
-        _metrics.behind.looked(bool(status.get("isDataAvailable")))
+        found(bool(status.get("isDataAvailable")))
+
+
+def found(new: bool) -> None:
+    """What the stream's last look at the source found: changes to read, or none (caught up)."""
+    if _served:
+        _metrics.behind.looked(new)
 
 
 def error(exc: BaseException) -> None:

@@ -55,7 +55,12 @@ class MicroBatch:
             # starts each batch as the last ends, so waiting for a moment between them may wait long.
             raise RuntimeFailure("stopped before this micro-batch")
         began = time.monotonic()
-        batch = self.take(whole, batch_id)
+        self.land_batch(self.take(whole, batch_id), batch_id, began)
+
+    def land_batch(self, batch: Any, batch_id: int, began: float | None = None) -> None:
+        """Land `batch` (a `HeldBatch` or `CachedBatch`) as micro-batch `batch_id`, begun at `began`
+        (time.monotonic; now by default)."""
+        began = time.monotonic() if began is None else began
         try:
             seen, trailers = batch.figures()
             read_s = time.monotonic() - began
@@ -91,7 +96,7 @@ class MicroBatch:
         if arrow_commit.local(self.ctx.target.checkpoint):
             span = batch_range(self.ctx.target.checkpoint_files, batch_id, self.start)
             if span is not None and in_hand(*span):
-                return HeldBatch(whole.toArrow(), self.ctx.session())
+                return HeldBatch(whole.toArrow(), self.ctx.session)
         return CachedBatch(whole)
 
     def land(self, batch: Any, row: Any, batch_id: int) -> tuple[float, float]:

@@ -19,9 +19,10 @@ from binlake.capture import metrics
 from binlake.capture.context import Context, current_position
 from binlake.capture.failover import GtidRecord, state_at
 from binlake.capture.micro_batch import MicroBatch
+from binlake.capture.stream_loop import StreamLoop
 from binlake.capture.startup import SNAPSHOT_MODES, Start, resolve
 from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
-from binlake.lake import bronze, silver, split_state
+from binlake.lake import arrow_commit, bronze, silver, split_state
 from binlake.lake.checkpoint import committed_offset, stream_id
 from binlake.lake.evolution import Version
 from binlake.offsets import BinlogPosition
@@ -82,19 +83,37 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     app = stream_id(ctx.target.checkpoint_files)
     target = ctx.retrying("asking for the binlog head", lambda: current_position(ctx)) if until_caught_up else None
     history = ctx.versions()
-    job = binlog_job(ctx, schemas, splits, start, target, since, applied, ctx.cfg.tables,
-                     None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
+
+    def job(until: BinlogPosition | None) -> dict[str, Any]:
+        return binlog_job(ctx, schemas, splits, start, until, since, applied, ctx.cfg.tables,
+                          None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
+
     each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start), start)
-    reader = (spark.readStream.format("binlake_binlog").option("job", json.dumps(job))
+    metrics.streaming(list(schemas), ctx.target.stream_progress)
+    if not arrow_commit.local(checkpoint):  # a lake behind a URI: Spark's query alone
+        _drive(ctx, _query(ctx, job(target), each_batch), start, target)
+        return
+    loop = StreamLoop(ctx, job(target), each_batch, start)
+    while True:
+        with stop.between_batches(lambda: f"stopped at {committed_offset(ctx.target.checkpoint_files) or start}"):
+            large = loop.run(target, float(ctx.cfg.get("stream.trigger-seconds")))
+        if large is None:
+            return
+        # a batch too large to hold here, planned in the checkpoint: Spark's query replays it
+        until = BinlogPosition.from_dict(large)
+        _drive(ctx, _query(ctx, job(until), each_batch), start, until)
+
+
+def _query(ctx: Context, job: dict[str, Any], each_batch: MicroBatch) -> Any:
+    """Spark's streaming query of `job`, its batches landed by `each_batch`, not started."""
+    reader = (ctx.session().readStream.format("binlake_binlog").option("job", json.dumps(job))
               .option("password", ctx.params["password"]).load())
     # Spark's own progress reports (query.lastProgress, StreamingQueryListener) carry the binlog
     # position as each batch's endOffset, and these metrics: changes read and the newest event time,
     # from which a monitor computes seconds behind the source
     reader = reader.observe(PROGRESS_METRICS, F.count_if(F.col("_op") != "g").alias("changes"),
                             F.max("_ts").alias("last_event_ts"), F.min("_ts").alias("first_event_ts"))
-    writer = reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
-    metrics.streaming(list(schemas), ctx.target.stream_progress)
-    _drive(ctx, writer, start, target)
+    return reader.writeStream.foreachBatch(each_batch).option("checkpointLocation", ctx.target.checkpoint)
 
 
 def _snapshot_splits(ctx: Context) -> dict[str, list[Split]]:

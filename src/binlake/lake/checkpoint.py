@@ -3,6 +3,12 @@
 Spark's checkpoint holds the stream's offsets (binlog positions with their file's creation time, see
 `binlake.source.identity`) and the batches committed; binlake reads the end of the last committed one
 to know where the stream will read on, and to tell `binlake status`.
+
+On a local lake the stream's batches are planned and committed by binlake itself
+(`binlake.capture.stream_loop`), in Spark's own format, so that either resumes the other: a batch's
+end offset is written before the batch (`plan_batch`: Spark's `offsets/N`, a version line, the
+batch's metadata, the source's offset), and a line after it has landed (`commit_batch`: `commits/N`).
+A batch planned and not committed is replayed with the same offsets by whichever runs next.
 """
 
 from __future__ import annotations
@@ -14,6 +20,10 @@ from typing import Any
 
 from binlake.lake.storage import Location, location
 from binlake.offsets import BinlogPosition
+
+# Spark's offset and commit logs: their version line, and how many batches a query keeps
+_LOG_VERSION = "v1"
+_RETAINED = 100
 
 
 def _folder(checkpoint: Location | str) -> Location:
@@ -54,6 +64,46 @@ def batch_range(checkpoint: Location | str, batch_id: int,
     end = _end_offset(folder, batch_id)
     start = first.to_dict() if batch_id == 0 else _end_offset(folder, batch_id - 1)
     return None if start is None or end is None else (BinlogPosition.from_dict(start), BinlogPosition.from_dict(end))
+
+
+def pending(checkpoint: Location | str) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
+    """Where the stream goes on: the next batch's id, the offset it starts from (the end of the batch
+    before it; None for batch 0, which starts at the query's start) and, when it was planned and not
+    committed (a run cut short), its end offset, to be read again as it was."""
+    folder = _folder(checkpoint)
+    planned = max((int(p.name) for p in (folder / "offsets").iterdir() if p.name.isdigit()), default=None)
+    if planned is None:
+        return 0, None, None
+    done = (folder / "commits" / str(planned)).exists()
+    batch_id = planned + 1 if done else planned
+    start = _end_offset(folder, batch_id - 1) if batch_id > 0 else None
+    return batch_id, start, None if done else _end_offset(folder, planned)
+
+
+def plan_batch(checkpoint: Location | str, batch_id: int, end: dict[str, Any]) -> None:
+    """Record batch `batch_id`'s end offset before it is read, as Spark's offset log does. The
+    metadata line keeps the SQL settings of the batch before it (Spark restores them on a restart;
+    one it does not find takes its default), with this batch's time."""
+    folder = _folder(checkpoint)
+    meta: dict[str, Any] = {"batchWatermarkMs": 0, "conf": {}}
+    before = folder / "offsets" / str(batch_id - 1)
+    if before.exists():
+        meta = json.loads(before.read_text().splitlines()[1])
+    meta["batchTimestampMs"] = int(time.time() * 1000)
+    if not (folder / "metadata").exists():  # the query's id, as Spark writes it on a query's first start
+        (folder / "metadata").create_text(json.dumps({"id": str(uuid.uuid4())}))
+    (folder / "offsets" / str(batch_id)).write_text(f"{_LOG_VERSION}\n{json.dumps(meta)}\n{json.dumps(end)}")
+
+
+def commit_batch(checkpoint: Location | str, batch_id: int) -> None:
+    """Record batch `batch_id` as landed, as Spark's commit log does, and forget batches older than
+    Spark keeps (`spark.sql.streaming.minBatchesToRetain`)."""
+    folder = _folder(checkpoint)
+    (folder / "commits" / str(batch_id)).write_text(f'{_LOG_VERSION}\n{{"nextBatchWatermarkMs":0}}')
+    for log in ("offsets", "commits"):
+        old = folder / log / str(batch_id - _RETAINED)
+        if batch_id >= _RETAINED and old.exists():
+            old.unlink(missing_ok=True)
 
 
 def committed_offset(checkpoint: Location | str) -> BinlogPosition | None:

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import pymysql
 
 from binlake.errors import ConfigError, RuntimeFailure
-from binlake.offsets import BinlogPosition
+from binlake.offsets import BinlogPosition, file_index
 from binlake.source.connection import epoch_of
 from binlake.source.gtids import (
     GTID_NEXT,
@@ -434,6 +434,18 @@ def binlog_files(conn: Any) -> list[str]:
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         return [r[0] for r in cur.fetchall()]
+
+
+def binlog_bytes(conn: Any, a: BinlogPosition, b: BinlogPosition) -> int | None:
+    """The bytes of binlog from `a` to `b` on the server behind `conn`, over the files between them;
+    None when one of those files is not there (purged, or another server's)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    spanned = [f for f in sizes if file_index(a.file) <= file_index(f) <= file_index(b.file)]
+    if a.file not in sizes or b.file not in sizes:
+        return None
+    return sum(sizes[f] for f in spanned) - a.pos - (sizes[b.file] - b.pos)
 
 
 def purged(conn: Any, position: BinlogPosition) -> str | None:

@@ -1,0 +1,90 @@
+"""The stream on a local lake is driven by binlake in the driver (binlake.capture.stream_loop), keeping
+Spark's checkpoint in Spark's format: each resumes the other, including a batch one planned and was
+killed landing, which the other replays with the same offsets. A batch too large to hold in the
+driver is left to Spark's query in the same run."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from binlake.config import load
+from binlake.lake.target import Target
+from binlake.offsets import BinlogPosition
+
+from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
+
+LOOP = "in the driver"  # the loop's first line (-v)
+TO_SPARK = "Spark's query reads it"
+
+
+def _offsets(checkpoint: Path) -> list[tuple[int, dict]]:
+    return sorted((int(f.name), json.loads(f.read_text().splitlines()[-1]))
+                  for f in (checkpoint / "offsets").iterdir() if f.name.isdigit())
+
+
+def _killed(cfg: Path, point: str, counter: Path, **env: str) -> str:
+    crashed = run_cli("-v", "run", "-c", str(cfg), env={"BINLAKE_CRASH_AT": point, "BINLAKE_CRASH_COUNTER": str(counter),
+                                                        **env})
+    assert crashed.returncode == -9, f"not killed at {point}: rc={crashed.returncode} {crashed.stderr[-2000:]}"
+    return crashed.stderr
+
+
+def test_the_loop_and_spark_s_query_replay_each_other_s_batches(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Killed in the loop with a batch in bronze and not in silver, the next run (Spark's query alone)
+    replays it with the loop's offsets; killed there alike, the loop replays Spark's batch. Under
+    writers throughout: silver equals the source, bronze holds each change once, and each batch
+    starts where the one before it ended."""
+    port = dev_db.running_port()
+    create_table(port, database, 500)
+    cfg = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=200, group_size=2)
+    checkpoint = Path(Target.of(load(cfg)).checkpoint)
+    with Writers(port, database, 500, threads=2, pause=0.005):
+        err = _killed(cfg, "mid_stream", tmp_path / "c1")
+        assert LOOP in err
+        planned = _offsets(checkpoint)
+        assert planned and not (checkpoint / "commits" / str(planned[-1][0])).exists()
+
+        # Spark's query alone (every commit through Spark): it replays the loop's batch, then plans its own
+        err = _killed(cfg, "mid_stream:2", tmp_path / "c2", BINLAKE_ARROW_ROWS="0")
+        assert LOOP not in err
+        replayed = _offsets(checkpoint)
+        assert replayed[:len(planned)] == planned and len(replayed) == len(planned) + 1
+        assert not (checkpoint / "commits" / str(replayed[-1][0])).exists()
+
+        # the loop replays Spark's batch to the end Spark planned, killed once it has landed
+        err = _killed(cfg, "after_batch", tmp_path / "c3")
+        assert LOOP in err and TO_SPARK not in err
+        assert _offsets(checkpoint) == replayed
+    done = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    target = Target.of(load(cfg))
+    name = f"{database}.t"
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
+    ends = [BinlogPosition.from_dict(end) for _, end in _offsets(checkpoint)]
+    assert ends == sorted(ends) and len(set(ends)) == len(ends)
+    committed = sorted(int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit())
+    assert committed == [n for n, _ in _offsets(checkpoint)]
+
+
+def test_a_batch_too_large_for_the_driver_is_left_to_spark_in_the_same_run(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A burst larger than the loop holds is read by Spark's query, and the loop takes over again after it."""
+    port = dev_db.running_port()
+    create_table(port, database, 300)
+    cfg = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=200, group_size=2)
+    assert run_cli("run", "-c", str(cfg), "--until-caught-up").returncode == 0
+    with Writers(port, database, 300, threads=2) as busy:
+        while busy.ops < 400:
+            time.sleep(0.01)
+    # a burst of about 100 KB of binlog, then the stream: its batch is Spark's, then the loop looks on
+    streamed = run_cli("-v", "stream", "-c", str(cfg), "--until-caught-up", env={"BINLAKE_STREAM_HELD_BYTES": "50000"})
+    assert streamed.returncode == 0, streamed.stderr[-2000:]
+    assert TO_SPARK in streamed.stderr and streamed.stderr.count(LOOP) == 2
+
+    target = Target.of(load(cfg))
+    name = f"{database}.t"
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
+    assert bronze_duplicates(spark, target.bronze(name).location) == 0
