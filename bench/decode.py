@@ -3,7 +3,7 @@ the server's `mysqlbinlog -v` over the same bytes (the stream section's baseline
 
 What is timed is what the stream's binlog source does for a micro-batch in a Spark worker: the
 replication connection and its row events (`read_changes`), the emit rule, each row's encoding and
-the Arrow batches handed to Spark (`binlog_source._rows`, `_batches`). No JVM, no Delta: the
+the Arrow batches handed to Spark (`binlog_batches._rows`, `_batches`). No JVM, no Delta: the
 figure says how far decoding itself is from the server's own decoder.
 """
 
@@ -26,7 +26,7 @@ def reader(source: Source, database: str, table: str) -> Callable[[tuple[str, in
     from binlake.source.binlog_reader import read_changes
     from binlake.source.catalog import load_schema
     from binlake.source.rowtext import RowValues
-    from binlake.spark.binlog_source import _batches, _rows
+    from binlake.capture.binlog_batches import _batches, _rows
 
     with source.connect() as conn:
         schema = load_schema(conn, database, table)

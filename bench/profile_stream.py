@@ -4,7 +4,7 @@
 Writes a burst of row changes (the stream section's: multi-row statements and PROFILE_SINGLES
 single-row ones) to a `bench_profile.customer` table of PROFILE_ROWS rows, then, in this process:
 1. the replication read alone (`read_changes`, every change counted, nothing encoded);
-2. the binlog source's whole work for the burst (`binlog_source._rows` and `_batches`: the emit rule,
+2. the binlog source's whole work for the burst (`binlog_batches._rows` and `_batches`: the emit rule,
    each row's encoding, the Arrow batches), timed, then under cProfile;
 3. that whole work again with the native row encoding off (BINLAKE_NATIVE=0's Python path) and with
    every table map parsed afresh, each way PROFILE_ROUNDS times (3), interleaved: CPU seconds per 1M

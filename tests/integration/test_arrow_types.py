@@ -26,7 +26,7 @@ from binlake.capture.stream_query import binlog_job
 from binlake.config import load
 from binlake.lake import arrow_types, bronze, split_state
 from binlake.schema import Column, TableSchema
-from binlake.spark.binlog_source import BinlogRange, BinlogReader
+from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 
 from .capture import connect, write_config
 from .test_types import COLUMNS, ROWS
@@ -111,7 +111,7 @@ def test_arrow_typing_equals_spark_s_casts(dev_db, database, spark, tmp_path: Pa
 
 
 def test_arrow_typing_of_binlog_changes_equals_spark_s(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """A small micro-batch is typed by Arrow in the driver (binlake.capture.batch_in_hand): the
+    """A micro-batch read in the driver is typed by Arrow (binlake.capture.batch_in_hand): the
     binlog source's change rows of every row of both tables, deleted (a delete's image holds every
     value), through Spark as a micro-batch hands them over, then typed both ways."""
     port = dev_db.running_port()

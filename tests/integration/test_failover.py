@@ -218,7 +218,7 @@ def _pipeline_job(spark: Any, port: int, database: str, tmp_path: Path) -> tuple
 
 def _read(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[dict[str, Any]]:
     """The row changes a batch from `start` to `end` hands to Spark, as the source's reader gives them."""
-    from binlake.spark.binlog_source import BinlogRange
+    from binlake.capture.binlog_batches import BinlogRange
 
     rows = [row for batch in reader.read(BinlogRange(start, end)) for row in batch.to_pylist()]
     return [row for row in rows if row["_op"] in ("c", "u", "d")]
@@ -230,7 +230,7 @@ def test_a_pipeline_batch_planned_on_the_primary_is_read_on_the_replica_by_gtid(
     as Spark drives it. A batch planned on the primary, which is then killed and the replica promoted,
     is read on the replica: exactly the transactions the primary gave for it, by GTID. The next batch
     fails over (the next epoch) and holds exactly the transactions after it, wherever written."""
-    from binlake.spark.binlog_source import BinlogReader
+    from binlake.capture.binlog_batches import BinlogReader
 
     primary, replica = pair
     server = primary.server

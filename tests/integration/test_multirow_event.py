@@ -15,7 +15,7 @@ from binlake.config import load
 from binlake.commands.devdb import DevDb
 from binlake.capture.run import run
 from binlake.source.dialect import binlog_head
-from binlake.spark.batches import BATCH_ROWS
+from binlake.capture.arrow_batches import BATCH_ROWS
 from binlake.lake.target import Target
 
 from .workload import bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config

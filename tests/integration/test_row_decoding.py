@@ -112,11 +112,11 @@ def test_decimal_round_trip(dev_db, database, precision, scale, text) -> None:  
 
 def _flat_rows(dev_db: Any, database: str, table: str, start: Any, stop: Any,
                choice: Any = None) -> list[tuple[Any, ...]]:
-    """The binlog source's flat change rows for `table` between the positions (binlog_source._rows over
+    """The binlog source's flat change rows for `table` between the positions (binlog_batches._rows over
     whole row events), as a micro-batch hands them to Spark; `choice`: its source.columns."""
     from binlake.capture.handover import Handover
     from binlake.source.rowtext import RowValues
-    from binlake.spark.binlog_source import _batches, _rows
+    from binlake.capture.binlog_batches import _batches, _rows
 
     conn = source_connect(params(dev_db))
     try:

@@ -29,8 +29,6 @@ def test_a_planned_batch_is_pending_until_committed_then_the_next_starts_at_its_
 
     checkpoint.plan_batch(str(cp), 1, _end(250))
     assert checkpoint.pending(str(cp)) == (1, _end(100), _end(250))
-    assert checkpoint.batch_range(str(cp), 1, BinlogPosition("mysql-bin.000001", 4)) == (
-        BinlogPosition("mysql-bin.000001", 100), BinlogPosition("mysql-bin.000001", 250))
 
 
 def test_the_files_are_spark_s_and_keep_the_sql_settings_spark_wrote(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ def test_binlake_runs_on_its_python_path_without_the_extension() -> None:
             "        if name == 'binlake.source._rowtext': raise ImportError(name)\n"
             "sys.meta_path.insert(0, Missing())\n"
             "from binlake.source import rowtext\n"
-            "from binlake.spark import binlog_source\n"
+            "from binlake.capture import binlog_batches\n"
             "print(rowtext.available(), rowtext.compile_plan(None, []))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "None"]

@@ -1,19 +1,16 @@
 """A micro-batch's change rows as the stream lands them: held in the driver as Arrow, or cached by
 Spark.
 
-Spark hands `foreachBatch` a frame that reads the binlog when asked. Landing it asks several times
-(each table's figures, then each table's rows), so a large batch is cached by Spark first
-(`CachedBatch`): a job to read and count, then a job per table to type its rows. A small one is
-collected into the driver once (`HeldBatch`): one job, the figures counted by Arrow, and each
-table's rows typed by Arrow's casts (`binlake.lake.arrow_types`, the same values as Spark's) for
-delta-rs to commit; a table Spark is to write (a schema change, a replay, a row filter, ...) gets a
-Spark frame of its rows from the driver.
+On a local lake the stream reads each batch in the driver (`binlake.capture.stream_loop`) and holds
+its rows as Arrow (`HeldBatch`): the figures counted by Arrow, and each table's rows typed by Arrow's
+casts (`binlake.lake.arrow_types`, the same values as Spark's) for delta-rs to commit; a table Spark
+is to write (a schema change, a replay, a row filter, ...) gets a Spark frame of its rows from the
+driver, the Spark session started then if it was not.
 
-Small means at most HAND_BYTES of binlog between the batch's offsets, on one binlog file of one
-server: a batch's rows take a few times the bytes of their row events, so the driver holds a bounded
-amount, where a batch after a long stop (a backlog of hours) is cached by Spark, spilling to disk.
-On 2 cores a steady 200 rows a second made batches of about 40 KB each, whose figures took a Spark
-job of 0.3-0.5 s with its shuffle.
+Spark's query (a lake behind a URI, or a batch too large to hold in the driver) hands `foreachBatch`
+a frame that reads the binlog when asked. Landing it asks several times (each table's figures, then
+each table's rows), so it is cached by Spark first (`CachedBatch`): a job to read and count, then a
+job per table to type its rows, spilling to disk where it must.
 """
 
 from __future__ import annotations
@@ -26,16 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from binlake.lake import arrow_types, bronze
-from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
-
-HAND_BYTES = 8 * 1024 * 1024
-
-
-def in_hand(start: BinlogPosition, end: BinlogPosition) -> bool:
-    """Whether a batch from `start` to `end` is small enough to hold in the driver."""
-    return start.epoch == end.epoch and start.file == end.file and end.pos - start.pos <= HAND_BYTES
-
 
 class CachedBatch:
     """A batch cached by Spark: figures by one aggregation, each table's rows typed by Spark."""

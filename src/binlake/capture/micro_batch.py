@@ -1,5 +1,6 @@
 """One micro-batch of the binlog stream landed: each table's changes appended to its bronze, then
-applied to its silver (the stream's `foreachBatch`).
+applied to its silver (the batches the driver reads, `binlake.capture.stream_loop`, and Spark's
+query's `foreachBatch`).
 
 Bronze grows in binlog order, a batch at a time, so a batch replayed after a crash lands only its
 changes past the newest one bronze held when the query began (none, if it landed whole). Silver's
@@ -20,27 +21,25 @@ from pyspark.sql import functions as F
 
 from binlake import faults, stop
 from binlake.capture import metrics
-from binlake.capture.batch_in_hand import CachedBatch, HeldBatch, in_hand
+from binlake.capture.batch_in_hand import CachedBatch
 from binlake.capture.context import Context
 from binlake.capture.failover import GtidRecord
 from binlake.errors import RuntimeFailure
 from binlake.lake import arrow_commit, bronze, silver
-from binlake.lake.checkpoint import batch_range, write_progress
+from binlake.lake.checkpoint import write_progress
 from binlake.lake.evolution import Version
 from binlake.lake.evolve import apply_batch
-from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
 
 class MicroBatch:
-    """The stream's `foreachBatch`: lands a batch of `binlake_binlog` change rows in bronze and silver."""
+    """Lands a batch of `binlake_binlog` change rows in bronze and silver: Spark's query's
+    `foreachBatch`, and `land_batch` for the batches the driver reads."""
 
-    def __init__(self, ctx: Context, history: dict[str, list[Version]], app: str, gtids: GtidRecord,
-                 start: BinlogPosition) -> None:
+    def __init__(self, ctx: Context, history: dict[str, list[Version]], app: str, gtids: GtidRecord) -> None:
         self.ctx = ctx
-        self.start = start  # where the query began: the start of its batch 0
         self.history = history  # each table's schema versions, as the batches record new ones
         self.policy = ctx.cfg.get("stream.schema-changes")
         self.app = app  # the stream's id (binlake.lake.checkpoint.stream_id)
@@ -55,7 +54,7 @@ class MicroBatch:
             # starts each batch as the last ends, so waiting for a moment between them may wait long.
             raise RuntimeFailure("stopped before this micro-batch")
         began = time.monotonic()
-        self.land_batch(self.take(whole, batch_id), batch_id, began)
+        self.land_batch(CachedBatch(whole), batch_id, began)
 
     def land_batch(self, batch: Any, batch_id: int, began: float | None = None) -> None:
         """Land `batch` (a `HeldBatch` or `CachedBatch`) as micro-batch `batch_id`, begun at `began`
@@ -89,15 +88,6 @@ class MicroBatch:
             faults.point("after_batch", str(batch_id))
         finally:
             batch.release()
-
-    def take(self, whole: Any, batch_id: int) -> Any:
-        """The batch's rows: in the driver as Arrow when its binlog range is small and the lake local
-        (one Spark job, then no other), else cached by Spark for the passes over them."""
-        if arrow_commit.local(self.ctx.target.checkpoint):
-            span = batch_range(self.ctx.target.checkpoint_files, batch_id, self.start)
-            if span is not None and in_hand(*span):
-                return HeldBatch(whole.toArrow(), self.ctx.session)
-        return CachedBatch(whole)
 
     def land(self, batch: Any, row: Any, batch_id: int) -> tuple[float, float]:
         """One table's share of the batch into its bronze, then its silver: (bronze s, silver s)."""

@@ -1,5 +1,5 @@
 """The binlog stream on a local lake, driven by binlake in the driver: the `binlake_binlog` source's
-own reader (`binlake.spark.binlog_source.BinlogReader`) asked for offsets and rows directly, each
+own reader (`binlake.capture.binlog_batches.BinlogReader`) asked for offsets and rows directly, each
 micro-batch landed from Arrow (`binlake.capture.micro_batch`), with Spark's checkpoint kept in
 Spark's own format (`binlake.lake.checkpoint`), so that either resumes the other.
 
@@ -40,7 +40,7 @@ from binlake.lake import checkpoint
 from binlake.offsets import BinlogPosition
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_bytes
-from binlake.spark.binlog_source import BinlogRange, BinlogReader
+from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 
 log = logging.getLogger(__name__)
 

@@ -88,7 +88,7 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
         return binlog_job(ctx, schemas, splits, start, until, since, applied, ctx.cfg.tables,
                           None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
 
-    each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start), start)
+    each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start))
     metrics.streaming(list(schemas), ctx.target.stream_progress)
     if not arrow_commit.local(checkpoint):  # a lake behind a URI: Spark's query alone
         _drive(ctx, _query(ctx, job(target), each_batch), start, target)

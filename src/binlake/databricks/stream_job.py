@@ -1,9 +1,9 @@
 """What the Lakeflow pipeline's binlog source needs: the same `job` option `binlake stream` builds.
 
-`binlake_binlog` (spark/binlog_source.py) reads one JSON option `job`: the connection without the password
-(that travels in the `password` option, which Spark redacts), the schemas of the captured tables,
-every table's chunks with their high watermarks, the stream's server id, the start position
-min(HW) and whether the server is MariaDB. The local stream (capture/stream_query.py) builds it inline;
+`binlake_binlog` (spark/binlog_source.py over capture/binlog_batches.py) reads one JSON option `job`:
+the connection without the password (that travels in the `password` option, which Spark redacts),
+the schemas of the captured tables, every table's chunks with their high watermarks, the stream's
+server id, the start position min(HW) and whether the server is MariaDB. The local stream (capture/stream_query.py) builds it inline;
 this module builds the same for the pipeline from `binlake.capture.context.Context` and the split state.
 
 The stream starts after the snapshot, so a table that has no chunks, or a chunk not read yet, is

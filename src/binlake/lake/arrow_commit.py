@@ -6,9 +6,10 @@ Measured on 2 cores with a 100-row table (median of 8): Spark creates an empty t
 appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5 ms and MERGEs in
 17 ms. A thousand small tables are a thousand such commits per step, so this is most of their cost.
 
-A large micro-batch's changes are typed by Spark (`binlake.lake.bronze.typed`) and handed over as
-Arrow (`DataFrame.toArrow`); a small one's, and a snapshot's chunks, are typed by Arrow in the
-driver (`binlake.lake.arrow_types`, the same values; `binlake.capture.batch_in_hand`). Only the
+A micro-batch Spark's query read has its changes typed by Spark (`binlake.lake.bronze.typed`) and
+handed over as Arrow (`DataFrame.toArrow`); one the driver read (a local lake's stream), and a
+snapshot's chunks, are typed by Arrow in the driver (`binlake.lake.arrow_types`, the same values;
+`binlake.capture.batch_in_hand`). Only the
 commit is made here. Spark keeps every large stream write (more than `ARROW_ROWS` rows), any read of
 more than `ARROW_BYTES` of values, schema changes, key-less tables (their recount reads bronze), a
 replay's look at bronze, object stores, and any table whose protocol has a feature delta-rs does not

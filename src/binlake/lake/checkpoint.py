@@ -55,17 +55,6 @@ def _end_offset(folder: Location, batch_id: int) -> dict[str, Any] | None:
     return dict(json.loads(f.read_text().strip().splitlines()[-1])) if f.exists() else None
 
 
-def batch_range(checkpoint: Location | str, batch_id: int,
-                first: BinlogPosition) -> tuple[BinlogPosition, BinlogPosition] | None:
-    """The binlog range of micro-batch `batch_id` as Spark recorded it before running it: from the
-    previous batch's end offset (or `first`, the query's start, for batch 0) to its own; None where
-    the checkpoint no longer holds them."""
-    folder = _folder(checkpoint)
-    end = _end_offset(folder, batch_id)
-    start = first.to_dict() if batch_id == 0 else _end_offset(folder, batch_id - 1)
-    return None if start is None or end is None else (BinlogPosition.from_dict(start), BinlogPosition.from_dict(end))
-
-
 def pending(checkpoint: Location | str) -> tuple[int, dict[str, Any] | None, dict[str, Any] | None]:
     """Where the stream goes on: the next batch's id, the offset it starts from (the end of the batch
     before it; None for batch 0, which starts at the query's start) and, when it was planned and not

@@ -269,5 +269,5 @@ class Watch:
             if created is not None:
                 self.lineage.files[head.file] = created
         # the server's start time goes with the position: a reader meeting another
-        # (binlake.spark.binlog_source) checks the history before it reads
+        # (binlake.capture.binlog_batches) checks the history before it reads
         return {**head.to_dict(), "created": created, "started": round(self.started)}

@@ -21,7 +21,7 @@ from binlake.source.chunk_reader import read_chunk, select_chunk
 from binlake.source.connection import Connections
 from binlake.source.dialect import Dialect
 from binlake.source.reconnect import retrying
-from binlake.spark.batches import (
+from binlake.capture.arrow_batches import (
     BATCH_BYTES,
     BATCH_ROWS,
     WIDE_TYPES,

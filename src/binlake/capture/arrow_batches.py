@@ -1,5 +1,6 @@
-"""What both data sources hand Spark: Arrow record batches of bronze's flat change rows, bounded in
-rows and bytes, and the connection settings each reader opens its connections with."""
+"""What the snapshot's and the binlog's readers hand on (to Spark, or to the driver's stream): Arrow
+record batches of bronze's flat change rows, bounded in rows and bytes, and the connection settings
+each reader opens its connections with."""
 
 from __future__ import annotations
 

@@ -1,0 +1,307 @@
+"""The binlog's micro-batches: offsets are binlog positions, a batch is the row changes of the
+captured tables between two of them, as Arrow batches of bronze's flat change rows. `BinlogReader`
+answers a streaming source's calls (`initialOffset`, `latestOffset`, `partitions`, `read`, `commit`)
+through binlog_reader, handover (with the rules of a batch's range: binlake.capture.handover) and
+failover: Spark's query asks them through the `binlake_binlog` source (`binlake.spark.binlog_source`),
+a local lake's stream asks them in the driver (`binlake.capture.stream_loop`). The snapshot's reader
+is `binlake.spark.sources`, the batches' shape `binlake.capture.arrow_batches`. A data row's values
+come in `_vals` (its columns' encoded texts, in the order of the schema version it was read under);
+`_row` carries the JSON of a schema marker or of a batch's trailer.
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from binlake import faults
+from binlake.capture.arrow_batches import BATCH_BYTES, BATCH_ROWS, arrow_batch, connection_params, meta_fields
+from binlake.capture.failover import follow, state_at
+from binlake.capture.handover import Handover, Skip, batch_start, before_reopen, server_moved
+from binlake.errors import SchemaChangedError, SnapshotChangedError
+from binlake.lake.evolution import Evolver, Version, column_defaults, marker_row
+from binlake.offsets import BinlogPosition, event_seq, row_slot
+from binlake.schema import TableSchema
+from binlake.source.binlog_reader import RowChange, RowEvent, read_changes, split_key_change
+from binlake.source.connection import connect
+from binlake.source.dialect import Dialect, binlog_head
+from binlake.source.gtids import Seen
+from binlake.source.identity import Lineage, Watch, moved
+from binlake.source.reconnect import retrying
+from binlake.source.rowtext import Plans, RowValues
+from binlake.source.schema_changes import Guard
+from binlake.splits import Split
+
+
+@dataclass
+class BinlogRange:
+    """A batch's binlog range: from one offset to the next."""
+    start: dict[str, Any]
+    end: dict[str, Any]
+
+
+class BinlogReader:
+    """Offsets are `{"file": ..., "pos": ...}` at transaction boundaries (the server's head when a
+    micro-batch is planned), so a replayed batch reads exactly the same events again.
+
+    With the job's `gtid_offsets` (the Lakeflow pipeline, which keeps no record files of its own), each
+    offset also carries the GTID state at its position (`gtids`, `complete`), and after a failover the
+    server it lies on (`lineage`): when `source.hostname` comes to lead to another server of the same
+    replication topology, the reader follows it from the GTID state of the batch's start
+    (binlake.capture.failover), and a restarted query knows the server from its checkpoint's offsets."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.job = json.loads(options["job"])
+        self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
+        # the newest offset handed out or committed: the start of the next batch where Spark (before
+        # 4.2) does not pass it to latestOffset
+        self.last: dict[str, Any] | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        start = dict(self.job["start"])
+        if self.job.get("gtid_offsets"):
+            at = BinlogPosition.from_dict(start)
+            gtids, complete = self._retrying(connection_params(self.options), "reading the GTID state",
+                                             lambda conn: _gtid_state(conn, at, None))
+            start.update(gtids=gtids, complete=complete)
+        return start
+
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:
+        base = start if start is not None else self.last
+        params = connection_params(self.options)
+        watch = self._watch(params, base)
+
+        def head_now(conn: Any) -> dict[str, Any]:
+            head = binlog_head(conn)
+            until = self.job.get("until")
+            if until is not None and head > BinlogPosition.from_dict(until):
+                head = BinlogPosition.from_dict(until)  # --until-caught-up: nothing past the head at the start
+            offset = watch.offset(conn, head, self._follower(base) if self.job.get("gtid_offsets") else None)
+            if self.job.get("gtid_offsets"):
+                here = BinlogPosition.from_dict(offset)
+                same = base is not None and BinlogPosition.from_dict(base).epoch == here.epoch
+                gtids, complete = _gtid_state(conn, here, base if same else None)
+                offset.update(gtids=gtids, complete=complete)
+                if watch.lineage.epoch > self._lineage(None).epoch:
+                    offset["lineage"] = {k: v for k, v in watch.lineage.to_dict().items() if k != "files"}
+            return offset
+
+        self.last = self._retrying(params, "asking for the binlog head", head_now)
+        return self.last
+
+    def _retrying(self, params: dict[str, Any], what: str, call: Any) -> Any:
+        """`call(conn)` on a connection of its own, retried over lost connections (binlake.source.reconnect)."""
+        def once() -> Any:
+            conn = connect(params)
+            try:
+                return call(conn)
+            finally:
+                conn.close()
+
+        return retrying(params, float(self.job.get("reconnect_timeout", 0)), what, once)
+
+    def _lineage(self, offset: dict[str, Any] | None) -> Any:
+        """The server `offset` lies on: the job's, or the one a failover carried into the offsets."""
+        lineage = Lineage.from_dict(self.job["lineage"])
+        carried = (offset or {}).get("lineage")
+        return Lineage.from_dict(carried) if carried and int(carried["epoch"]) > lineage.epoch else lineage
+
+    def _watch(self, params: dict[str, Any], base: dict[str, Any] | None) -> Any:
+        if self.watch is None:
+            self.watch = Watch(params, self._lineage(base), BinlogPosition.from_dict(base or self.job["start"]))
+            if base is not None:
+                self.watch.commit(base)
+        return self.watch
+
+    def _follower(self, base: dict[str, Any] | None) -> Any:
+        """How the watch follows another server: by the GTID state at `base`, the start of the next batch
+        (binlake.capture.failover), or SourceChangedError."""
+        state = None if base is None or "gtids" not in base else {
+            "end": BinlogPosition.from_dict(base).to_dict(), "gtids": base["gtids"], "complete": base["complete"]}
+        patience = float(self.job.get("reconnect_timeout", 0))
+        return lambda conn, lineage, committed, now: follow(conn, lineage, committed, now, state, patience)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[BinlogRange]:
+        if BinlogPosition.from_dict(end) <= BinlogPosition.from_dict(start):
+            return []
+        return [BinlogRange(start, end)]
+
+    def read(self, partition: BinlogRange) -> Iterator[Any]:
+
+        params = connection_params(self.options)
+        lineage = self._lineage(partition.end)
+        params["epoch"] = lineage.epoch
+        schemas = {n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()}
+        splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
+        handover = Handover(schemas, splits)
+        patience = float(self.job.get("reconnect_timeout", 0))
+        gtid_offsets = bool(self.job.get("gtid_offsets"))
+        conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
+        try:
+            # the batch was planned on the server its end offset names; another one now (a failover, a
+            # replaced server), or the same restarted, must still hold the history up to its start
+            stop, only = BinlogPosition.from_dict(partition.end), None
+            if moved(conn, lineage.identity, partition.end.get("started")):
+                lineage, replay = server_moved(conn, params, partition.start, partition.end, lineage, gtid_offsets,
+                                               patience)
+                if replay is not None:  # planned on a server that is gone: its transactions, by GTID
+                    only, stop = replay
+            params["epoch"] = lineage.epoch
+            handover.bind(conn)
+            # a table snapshotted again after a change starts at its new chunks' high watermarks
+            guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
+                                             if ss and all(s.hw is not None for s in ss)},
+                             self.job.get("patterns"))
+            start, skip = batch_start(partition.start, lineage, self.job.get("since"), self.job.get("applied"), only)
+            seen = Seen() if self.job.get("gtid_trailer") else None
+            changes = read_changes(
+                params, int(self.job["server_id"]), start, stop, lambda d, t: f"{d}.{t}" in schemas,
+                reconnect_timeout=patience, ddl=True, on_reopen=lambda: before_reopen(params, partition.start, lineage, gtid_offsets),
+                seen=seen, whole_events=True,
+            )
+            evolver = _evolver(self.job, schemas, splits, start, guard, conn)
+            values = RowValues()
+            rows = _rows(changes, schemas, handover, guard, evolver, skip, values)
+            if seen is not None:  # the GTIDs this batch passed, for the driver's record (capture.micro_batch)
+                rows = _trailed(rows, partition, seen, values)
+            yield from _batches(rows, values)
+        finally:
+            conn.close()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._watch(connection_params(self.options), end).commit(end)
+        self.last = end
+
+
+Row = tuple[Any, ...]  # one flat change row: the meta columns (arrow_batches.meta_fields), then _row
+
+
+def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard: Any, evolver: Any,
+          skip: Skip, values: RowValues) -> Iterator[Row]:
+    """The batch's flat change rows: each row change the handover emits (its values pushed to `values`
+    as it is yielded, one `values` row per row), a schema version marker where the evolver follows a
+    change, and a stop (SchemaChangedError) where the guard judges one, before any row of the changed
+    table is handed over."""
+    encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
+    plans = Plans()
+    for change in changes:
+        if not isinstance(change, (RowEvent, RowChange)):
+            version = evolver.follow(change) if evolver is not None else False
+            if version is False:
+                _judge(guard, evolver, change)
+            elif version is not None:
+                values.push(None)
+                yield (version.table, "s", decimal.Decimal(version.seq), None, version.at.file, version.at.pos,
+                       None, None, None, marker_row(version))
+            continue
+        if skip(change):  # a whole row event's rows share what it looks at (ts, gtid, epoch)
+            continue
+        schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
+        each: Iterator[Any] = iter((change,))
+        if isinstance(change, RowEvent):  # a whole row event: natively to text where it can be
+            changed = None
+            if handover.emits_all(change.table, change.at):
+                plan = plans.plan(schema, change.event.columns, change.shape())
+                changed = change.native_values(plan, values.native) if plan is not None else None
+            if changed is not None:
+                yield from _native(change, changed)
+                continue
+            each = change.changes(schema.keeps if schema.choice is not None else None)
+        encode = encoders.get(id(schema))
+        if encode is None:
+            encode = encoders[id(schema)] = schema.row_encoder()
+        for one in each:
+            for part in split_key_change(one, schema.key, operator.eq):
+                if not handover.should_emit(part):
+                    continue
+                try:
+                    encoded = encode(part.image)
+                except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
+                    raise schema.unconvertible(part.image, exc, "batch") from None
+                values.push(encoded)
+                yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
+                       None, None, None)
+
+
+def _native(event: RowEvent, changed: list[bool]) -> Iterator[Row]:
+    """The flat change rows of a row event its plan appended to the values (an update that changed the
+    key: a delete of the old key and an insert of the new one, as `split_key_change` makes them), each
+    row in its slot."""
+    table, ts, at, gtid, op = event.table, event.ts, event.at, event.gtid, event.op
+    base = event_seq(at.file, at.pos, 0, at.epoch)
+    for i, split in enumerate(changed):
+        if not split:
+            yield (table, op, decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, None)
+        else:
+            yield (table, "d", decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, None)
+            yield (table, "c", decimal.Decimal(base + row_slot(i, True)), ts, at.file, at.pos, gtid, None, None, None)
+
+
+def _trailed(rows: Iterator[Row], partition: BinlogRange, seen: Any, values: RowValues) -> Iterator[Row]:
+    """The rows, then a trailer with the GTIDs the batch passed (known once they are all read)."""
+    yield from rows
+    values.push(None)
+    yield ("", "g", None, None, None, None, None, None, None, json.dumps(
+        {"start": partition.start, "end": partition.end, "gtids": seen.text(), "complete": seen.complete}))
+
+
+def _batches(rows: Iterator[Row], values: RowValues) -> Iterator[Any]:
+    """Arrow batches of at most BATCH_ROWS rows and about BATCH_BYTES of values."""
+    import pyarrow as pa
+
+    fields = meta_fields() + [("_row", pa.string())]
+    batch: list[Row] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= BATCH_ROWS or values.nbytes() >= BATCH_BYTES:
+            yield _batch(fields, batch, values)
+            batch = []
+            # a batch may end inside a multi-row event: harmless, since the micro-batch's offsets
+            # (server heads, at transaction boundaries) never do, and a replayed micro-batch reads the
+            # whole event again, each row in its slot
+            faults.point("binlog_batch_handed", row[0])
+    if batch:
+        yield _batch(fields, batch, values)
+
+
+def _batch(fields: list[tuple[str, Any]], rows: list[Row], values: RowValues) -> Any:
+    """One Arrow batch of `rows`, with their `_vals` taken from `values`."""
+    import pyarrow as pa
+
+    meta = arrow_batch(fields, [list(c) for c in zip(*rows)])
+    return pa.RecordBatch.from_arrays([*meta.columns, values.take(len(rows))], names=[*meta.schema.names, "_vals"])
+
+
+def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None) -> tuple[str, bool]:
+    """The GTID state at `position`, from the state at `base` (an earlier offset on the same server) on."""
+    return state_at(conn, Dialect.of(conn), position, base)
+
+
+def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
+             guard: Any, conn: Any) -> Any:
+    """The reader's schema versions under `stream.schema-changes` other than `fail` (None under `fail`)."""
+    if job.get("schema_changes", "fail") == "fail":
+        return None
+    recorded = {n: [Version.from_dict(v) for v in vs] for n, vs in (job.get("versions") or {}).items()}
+    for name, schema in schemas.items():
+        recorded.setdefault(name, [Version(name, None, schema)])
+    # a change before a table's last chunk's high watermark is inside its snapshot: the guard's
+    snapshot_end = {n: max(s.hw for s in ss) for n, ss in splits.items() if ss and all(s.hw is not None for s in ss)}
+    return Evolver(recorded, start, guard.current, lambda name: column_defaults(conn, *name.split(".", 1)),
+                   lambda name, at: name in schemas and (name not in snapshot_end or at >= snapshot_end[name]))
+
+
+def _judge(guard: Any, evolver: Any, change: Any) -> None:
+    """The guard's verdict on a change the evolver does not follow. A change inside a table's snapshot
+    (between its chunks' high watermarks) is a `SnapshotChangedError`: the snapshot is taken again."""
+    try:
+        guard.check(change)
+    except SchemaChangedError as changed:
+        if evolver is not None and change.table in evolver.current and not evolver.past(change.table, change.position):
+            raise SnapshotChangedError(changed.message) from None
+        raise
