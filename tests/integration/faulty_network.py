@@ -26,6 +26,7 @@ class Proxy:
     delay: float = 0.0
     stalled: bool = False
     cut_after_bytes: int | None = None
+    stall_after_bytes: int | None = None
     connections: int = 0
     cuts: int = 0
     _listener: socket.socket = field(init=False)
@@ -73,8 +74,13 @@ class Proxy:
     def cut_after(self, n_bytes: int | None) -> None:
         self.cut_after_bytes = n_bytes
 
+    def stall_after(self, n_bytes: int | None) -> None:
+        """Each connection forwards nothing more once it has carried `n_bytes` from the server (a
+        binlog read, where queries carry a few KB), until cut."""
+        self.stall_after_bytes = n_bytes
+
     def heal(self) -> None:
-        self.stalled, self.delay, self.cut_after_bytes = False, 0.0, None
+        self.stalled, self.delay, self.cut_after_bytes, self.stall_after_bytes = False, 0.0, None, None
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -98,7 +104,7 @@ class Proxy:
         cut = False
         try:
             while not self._closed.is_set():
-                if self.stalled:
+                if self.stalled or (self.stall_after_bytes is not None and from_server >= self.stall_after_bytes):
                     time.sleep(0.05)
                     continue
                 ready, _, _ = select.select([client, server], [], [], 0.1)

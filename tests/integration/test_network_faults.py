@@ -87,11 +87,15 @@ def test_a_stall_past_the_timeouts_fails_with_one_line(dev_db: Any, database: st
     with Proxy(dev_db.running_port()) as proxy:
         cfg = _config(tmp_path, proxy.port, database, "7120-7124", read_timeout=3, reconnect_timeout=4,
                       connect_timeout=2)
+        # the snapshot's connections stall 6 s into the run; the stream's binlog connection once it has
+        # carried 1 MB of the update's 4 MB of row events
+        stall = threading.Timer(6.0, proxy.stall)
         if during == "stream":
             assert run_cli("run", "-c", str(cfg), "--set", "stream.startup-mode=snapshot").returncode == 0
             execute(dev_db, database, "UPDATE t SET v = 'stalled'")
-        stall = threading.Timer(6.0 if during == "snapshot" else 9.0, proxy.stall)
-        stall.start()
+            proxy.stall_after(1_000_000)
+        else:
+            stall.start()
         began = time.monotonic()
         done = run_cli("run", "-c", str(cfg), "--until-caught-up", timeout=300)
         stall.cancel()

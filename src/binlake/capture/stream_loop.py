@@ -77,7 +77,7 @@ class StreamLoop:
             metrics.found(found)
             if found:
                 if planned is None:
-                    checkpoint.plan_batch(self.files, batch_id, end)
+                    checkpoint.plan_batch(self.files, batch_id, end, lambda: checkpoint.query_conf(self.ctx.session()))
                 if not self._holdable(begin, end):
                     log.info("batch %d spans more binlog than the driver holds: Spark's query reads it", batch_id)
                     return end

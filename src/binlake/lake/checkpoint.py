@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from binlake.lake.storage import Location, location
@@ -24,6 +25,24 @@ from binlake.offsets import BinlogPosition
 # Spark's offset and commit logs: their version line, and how many batches a query keeps
 _LOG_VERSION = "v1"
 _RETAINED = 100
+# the SQL settings Spark 4.2 records in each batch's metadata (OffsetSeqMetadata.relevantSQLConfs)
+_RECORDED_CONF = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion",
+    "spark.sql.streaming.stateStore.rocksdb.formatVersion",
+    "spark.sql.streaming.queryEvolution.enableSourceEvolution",
+    "spark.sql.streaming.stateStore.encodingFormat",
+    "spark.sql.streaming.statefulOperator.useStrictDistribution",
+    "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion",
+    "spark.sql.streaming.multipleWatermarkPolicy",
+    "spark.sql.streaming.stateStore.rowChecksum.enabled",
+    "spark.sql.streaming.aggregation.stateFormatVersion",
+    "spark.sql.function.protobufExtensions.enabled",
+    "spark.sql.streaming.join.stateFormatVersion",
+    "spark.sql.streaming.stateStore.compression.codec",
+    "spark.sql.optimizer.pruneFiltersCanPruneStreamingSubplan",
+)
 
 
 def _folder(checkpoint: Location | str) -> Location:
@@ -69,19 +88,24 @@ def pending(checkpoint: Location | str) -> tuple[int, dict[str, Any] | None, dic
     return batch_id, start, None if done else _end_offset(folder, planned)
 
 
-def plan_batch(checkpoint: Location | str, batch_id: int, end: dict[str, Any]) -> None:
+def plan_batch(checkpoint: Location | str, batch_id: int, end: dict[str, Any],
+               conf: Callable[[], dict[str, str]]) -> None:
     """Record batch `batch_id`'s end offset before it is read, as Spark's offset log does. The
-    metadata line keeps the SQL settings of the batch before it (Spark restores them on a restart;
-    one it does not find takes its default), with this batch's time."""
+    metadata line keeps the SQL settings of the batch before it, as Spark carries them from batch to
+    batch, or `conf()` (`query_conf`) for a checkpoint's first batch: Spark reads them back when it
+    resumes (and fails on a batch whose settings lack the shuffle partitions)."""
     folder = _folder(checkpoint)
-    meta: dict[str, Any] = {"batchWatermarkMs": 0, "conf": {}}
     before = folder / "offsets" / str(batch_id - 1)
-    if before.exists():
-        meta = json.loads(before.read_text().splitlines()[1])
-    meta["batchTimestampMs"] = int(time.time() * 1000)
+    kept = json.loads(before.read_text().splitlines()[1]).get("conf") if before.exists() else None
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": int(time.time() * 1000), "conf": kept or conf()}
     if not (folder / "metadata").exists():  # the query's id, as Spark writes it on a query's first start
         (folder / "metadata").create_text(json.dumps({"id": str(uuid.uuid4())}))
     (folder / "offsets" / str(batch_id)).write_text(f"{_LOG_VERSION}\n{json.dumps(meta)}\n{json.dumps(end)}")
+
+
+def query_conf(spark: Any) -> dict[str, str]:
+    """The SQL settings Spark records in a batch's metadata, as `spark` has them."""
+    return {key: str(spark.conf.get(key)) for key in _RECORDED_CONF}
 
 
 def commit_batch(checkpoint: Location | str, batch_id: int) -> None:
