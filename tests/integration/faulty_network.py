@@ -75,8 +75,8 @@ class Proxy:
         self.cut_after_bytes = n_bytes
 
     def stall_after(self, n_bytes: int | None) -> None:
-        """Each connection forwards nothing more once it has carried `n_bytes` from the server (a
-        binlog read, where queries carry a few KB), until cut."""
+        """Stall (every connection, from then on) once a connection has carried `n_bytes` from the
+        server: a binlog read, where queries carry a few KB."""
         self.stall_after_bytes = n_bytes
 
     def heal(self) -> None:
@@ -104,7 +104,9 @@ class Proxy:
         cut = False
         try:
             while not self._closed.is_set():
-                if self.stalled or (self.stall_after_bytes is not None and from_server >= self.stall_after_bytes):
+                if self.stall_after_bytes is not None and from_server >= self.stall_after_bytes:
+                    self.stalled = True
+                if self.stalled:
                     time.sleep(0.05)
                     continue
                 ready, _, _ = select.select([client, server], [], [], 0.1)

@@ -44,6 +44,9 @@ from binlake.source.rowcodec import RowDecoder
 from binlake.source.schema_changes import SchemaChange, ShapeColumn, TableShape, ddl_tables, shape_of
 
 log = logging.getLogger(__name__)
+# the library re-requests a stream it lost, with a warning of several lines each time; binlake's own
+# reconnecting (binlake.source.reconnect) says in one line when it gives up, so only its errors show
+logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
 
 Op = Literal["c", "u", "d"]
 
