@@ -127,3 +127,32 @@ class _CutSome:
         while self.done < self.times:
             time.sleep(0.01)
         self.proxy.heal()
+
+
+def test_a_connection_stalled_in_its_tls_handshake_times_out(dev_db: Any) -> None:
+    """PyMySQL starts TLS right after a write and keeps that write's timeout for the handshake: with
+    none set, a network that stalled there hung the connection for good. Through a proxy that passes
+    the server's greeting and then nothing, the connection fails within its timeouts."""
+    from binlake.errors import RuntimeFailure
+    from binlake.source.connection import connect as source_connect, encryption
+
+    with source_connect({"host": "127.0.0.1", "port": dev_db.running_port(), "user": "root", "password": ""}) as conn:
+        if encryption(conn) is None:
+            pytest.skip("this server does not offer TLS")
+    with Proxy(dev_db.running_port()) as proxy:
+        proxy.stall_after(1)  # the greeting passes, the client's TLS request and all after it do not
+        outcome: list[BaseException | None] = []
+
+        def attempt() -> None:
+            try:
+                source_connect({"host": "127.0.0.1", "port": proxy.port, "user": "root", "password": "",
+                                "connect_timeout": 2, "read_timeout": 2}).close()
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - the outcome is the assertion
+                outcome.append(exc)
+
+        trying = threading.Thread(target=attempt, daemon=True)
+        trying.start()
+        trying.join(60)
+        assert not trying.is_alive(), "the connection hung in its TLS handshake"
+        assert isinstance(outcome[0], RuntimeFailure) and "source.read-timeout" in str(outcome[0]), outcome

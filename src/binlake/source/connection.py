@@ -3,7 +3,10 @@
 TLS included (`binlake.source.tls`); a chunk reader keeps its own across its chunks (`Connections`).
 
 Every connection has a read timeout (`source.read-timeout`): a connection whose peer vanished without
-closing it (a half-open TCP connection) fails after that many seconds instead of hanging forever.
+closing it (a half-open TCP connection) fails after that many seconds instead of hanging forever. Its
+writes have the same timeout, which also bounds PyMySQL's TLS handshake: PyMySQL starts TLS right
+after a write and leaves the socket with the write's timeout, none unless set, so a connection that
+stalled there hung for good (met by a stalled network on MySQL, whose connections are TLS by default).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def _basics(params: dict[str, Any]) -> dict[str, Any]:
         "host": params["host"], "port": int(params["port"]), "user": params["user"], "password": params["password"],
         "connect_timeout": int(params.get("connect_timeout", 10)),
         "read_timeout": int(params.get("read_timeout") or DEFAULT_READ_TIMEOUT),
+        "write_timeout": int(params.get("read_timeout") or DEFAULT_READ_TIMEOUT),
     }
 
 
