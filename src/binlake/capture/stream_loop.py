@@ -15,9 +15,10 @@ landed; then it is written to the commit log and the reader told (`commit`). A b
 committed (a run cut short) is read again with the same offsets, as Spark replays it.
 
 A batch too large to hold in the driver (more than `HELD_BYTES` of binlog; a backlog after a long
-stop) is planned, then left to Spark's query, which replays it from the checkpoint as it would after
-a crash, caching and spilling it to disk; the loop goes on after it. A lake behind a URI (a
-cluster, object storage) streams with Spark's query alone.
+stop), or one reaching onto another server (a failover, whose bytes the first server cannot tell),
+is planned, then left to Spark's query, which replays it from the checkpoint as it would after a
+crash, caching and spilling it to disk; the loop goes on after it. A lake behind a URI (a cluster,
+object storage) streams with Spark's query alone.
 """
 
 from __future__ import annotations
