@@ -67,9 +67,9 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
         "row-filter": (ROW_FILTERS, {}, "db.table -> one Spark SQL predicate over its captured columns: silver "
                        "holds the rows that match it now"),
         "connect-timeout": (WHOLE, 10, "seconds"),
-        "read-timeout": (WHOLE, 60, "seconds a read from the source may wait for data before it fails: a "
-                         "half-open connection, or a binlog position the server reported written but does not "
-                         "serve (not yet synced)"),
+        "read-timeout": (WHOLE, 60, "seconds a read from the source (or a write to it, TLS's handshake "
+                         "included) may wait before it fails: a half-open connection, or a binlog position the "
+                         "server reported written but does not serve (not yet synced)"),
         "tls.mode": (choice(*TLS_MODES), "preferred",
                      "`disabled`, `preferred` (TLS when the server offers it), `required` (TLS, certificate not "
                      "verified), `verify-ca` (signed by `tls.ca`), `verify-identity` (and naming the host)"),

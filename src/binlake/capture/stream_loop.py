@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import time
+import traceback
 from typing import Any
 
 import pyarrow as pa
@@ -113,16 +114,26 @@ class StreamLoop:
         spanned = self.ctx.retrying("measuring the binlog", span)
         return spanned is not None and spanned <= HELD_BYTES
 
-    @staticmethod
-    def _guarded(call: Any) -> Any:
-        """`call()`, an error other than binlake's one line, as Spark's query would end with it."""
+    def _guarded(self, call: Any) -> Any:
+        """`call()`, an error other than binlake's one line, as Spark's query would end with it; the
+        trace of either goes to the run's log (`Target.spark_log`), where Spark's query leaves its own."""
         try:
             return call()
-        except BinlakeError:
+        except BinlakeError as exc:
+            self._trace(exc)
             raise
         except Exception as exc:  # noqa: BLE001 - one line, not a trace
+            self._trace(exc)
             cause = " ".join(str(exc).split())[:400]
             raise RuntimeFailure(f"stream failed: {type(exc).__name__}: {cause}") from exc
+
+    def _trace(self, exc: BaseException) -> None:
+        try:
+            with open(self.ctx.target.spark_log, "a") as out:
+                out.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ERROR binlake stream: "
+                          + "".join(traceback.format_exception(exc)))
+        except OSError:  # the log is a help, never a second failure
+            pass
 
 
 def _pause(seconds: float) -> None:
