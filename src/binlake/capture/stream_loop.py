@@ -35,6 +35,7 @@ import pyarrow as pa
 from binlake import stop
 from binlake.capture import metrics
 from binlake.capture.batch_in_hand import HeldBatch
+from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 from binlake.capture.context import Context
 from binlake.capture.micro_batch import MicroBatch
 from binlake.errors import BinlakeError, RuntimeFailure
@@ -42,7 +43,6 @@ from binlake.lake import checkpoint
 from binlake.offsets import BinlogPosition
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_bytes
-from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 
 log = logging.getLogger(__name__)
 

@@ -436,12 +436,17 @@ def binlog_files(conn: Any) -> list[str]:
         return [r[0] for r in cur.fetchall()]
 
 
+def binlog_sizes(conn: Any) -> dict[str, int]:
+    """Each binlog file the server holds, with its size in bytes."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        return {str(r[0]): int(r[1]) for r in cur.fetchall()}
+
+
 def binlog_bytes(conn: Any, a: BinlogPosition, b: BinlogPosition) -> int | None:
     """The bytes of binlog from `a` to `b` on the server behind `conn`, over the files between them;
     None when one of those files is not there (purged, or another server's)."""
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    sizes = binlog_sizes(conn)
     spanned = [f for f in sizes if file_index(a.file) <= file_index(f) <= file_index(b.file)]
     if a.file not in sizes or b.file not in sizes:
         return None

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from binlake.errors import SourceChangedError
 from binlake.offsets import BinlogPosition, file_index
 from binlake.source.connection import settings
-from binlake.source.dialect import Dialect, server_name
+from binlake.source.dialect import Dialect, binlog_sizes, server_name
 
 
 class RecordFile(Protocol):
@@ -151,9 +151,7 @@ def verify(conn: Any, params: dict[str, Any], anchor: Anchor) -> None:
     now, _ = identify(conn)
     if not anchor.identity.same(now):
         raise SourceChangedError(changed_message(anchor, f"the server is now {now}"))
-    with conn.cursor() as cur:
-        cur.execute("SHOW BINARY LOGS")
-        sizes = {str(r[0]): int(r[1]) for r in cur.fetchall()}
+    sizes = binlog_sizes(conn)
     file, pos = anchor.position.file, anchor.position.pos
     if file not in sizes:
         newest = max(sizes, key=file_index, default=None)
