@@ -27,7 +27,8 @@ import pymysql
 ROOT = Path(__file__).resolve().parent.parent
 DATADIR = ROOT / ".binlake" / "bench-mariadb"
 WORK = ROOT / ".binlake" / "bench"
-RESULTS = ROOT / "bench" / "results"
+# BENCH_RESULTS: another folder, so a run at another size keeps the default run's report
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results").resolve()
 BINLAKE = [str(Path(sys.executable).with_name("binlake"))]
 
 CUSTOMER_DDL = """
