@@ -9,6 +9,7 @@ from bronze (`landed_in_bronze`), not read again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -22,6 +23,7 @@ from pyspark.sql import functions as F
 
 from binlake import faults
 from binlake.capture import plan as planning  # PLAN_BATCH read when used: the tests set it
+from binlake.capture.behind import Behind
 from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
 from binlake.capture.progress import Progress
@@ -79,27 +81,55 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
     # silver's rows if every apply was recorded (see apply_to_silver)
     held = split_state.applied_rows(ctx.session(), ctx.target.split_state, table) if apply_silver else None
     landing = Landing.large(ctx, schema) if apply_silver else None
-    for at in range(0, len(chosen), GROUP_WINDOW):
-        window = split_state.load(ctx.session(), ctx.target.split_state, group_size, [table],
-                                  chosen[at:at + GROUP_WINDOW]).get(table, [])
-        landed += [s for s in window if s.status == "landed"]
-        pending = [s for s in window if not s.landed]
-        recovered = landed_in_bronze(ctx, schema, pending)
-        landed += recovered
-        recovered_ids = {s.index for s in recovered}
-        by_group = in_groups(s for s in pending if s.index not in recovered_ids)
-        for group in sorted(by_group):
-            read = read_any(ctx, schema, by_group[group], progress, landing=landing)
-            if landing is not None and landing.rows:
-                held = apply_here(ctx, schema, read, landing, held)
-                continue
-            landed += read
-            if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
-                apply_to_silver(ctx, schema, landed, held=held)
-                held = _plus(held, landed)
-                landed = []
+    with Behind() as behind:
+        for at in range(0, len(chosen), GROUP_WINDOW):
+            held = behind.wait(held)
+            window = split_state.load(ctx.session(), ctx.target.split_state, group_size, [table],
+                                      chosen[at:at + GROUP_WINDOW]).get(table, [])
+            landed += [s for s in window if s.status == "landed"]
+            pending = [s for s in window if not s.landed]
+            recovered = landed_in_bronze(ctx, schema, pending)
+            landed += recovered
+            recovered_ids = {s.index for s in recovered}
+            by_group = in_groups(s for s in pending if s.index not in recovered_ids)
+            for group in sorted(by_group):
+                rows = read_ahead(ctx, schema, by_group[group], landing)
+                held = behind.wait(held)
+                if rows is not None:
+                    behind.land(functools.partial(land_read, ctx, schema, by_group[group], rows, landing, held,
+                                                  progress))
+                    continue
+                read = read_any(ctx, schema, by_group[group], progress, landing=landing)
+                if landing is not None and landing.rows:
+                    held = apply_here(ctx, schema, read, landing, held)
+                    continue
+                landed += read
+                if apply_silver and sum(s.rows or 0 for s in landed) >= SILVER_BATCH_ROWS:
+                    apply_to_silver(ctx, schema, landed, held=held)
+                    held = _plus(held, landed)
+                    landed = []
+        held = behind.wait(held)
     if apply_silver:
         apply_to_silver(ctx, schema, landed, held=held)
+
+
+def read_ahead(ctx: Context, schema: TableSchema, splits: list[Split], landing: Landing | None) -> Any:
+    """A group's chunks read in this process into bronze's columns, not landed yet; None when it is not
+    read so (no `landing`, a group with the open last split, a read too large to hold)."""
+    if landing is None or landing.spilled or splits[-1].is_last:
+        return None
+    with ctx.readers(len(splits)) as ids:
+        return landing.read(ctx, schema, chunk_job(ctx, schema, splits, ids))
+
+
+def land_read(ctx: Context, schema: TableSchema, splits: list[Split], rows: Any, landing: Landing,
+              held: int | None, progress: Progress) -> int | None:
+    """A group `read_ahead` read, landed: appended to bronze and recorded landed, then applied to
+    silver and recorded done (`apply_here`). `held` after it."""
+    read = landed_in(ctx, schema, splits, landing.append(rows, [s.index for s in splits]))
+    progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
+    ctx.note_files([s.hw.file for s in read if s.hw is not None])
+    return apply_here(ctx, schema, read, landing, held)
 
 
 def _plus(held: int | None, applied: list[Split]) -> int | None:
@@ -386,6 +416,12 @@ def read_group(ctx: Context, schema: TableSchema, splits: list[Split], ids: list
         marks = landing.append(rows, chunks)  # type: ignore[union-attr]
     else:
         marks = bronze.append_chunks(bronze.typed_flat(ctx.snapshot_rows(job), schema), b, chunks)
+    return landed_in(ctx, schema, splits, marks, record)
+
+
+def landed_in(ctx: Context, schema: TableSchema, splits: list[Split], marks: list[dict[str, Any]],
+              record: bool = True) -> list[Split]:
+    """`splits`, just appended to bronze with their `marks`, recorded landed (unless `record` is False)."""
     faults.point("after_bronze_write", schema.name)
     landed = record_landed(ctx, splits, marks) if record else landed_by(splits, marks)
     missing = sorted({s.index for s in splits} - {s.index for s in landed})

@@ -27,6 +27,7 @@ from binlake.capture.arrow_batches import (
     WIDE_TYPES,
     arrow_batch,
     connection_params,
+    constants,
     meta_fields,
 )
 from binlake.spark.binlog_source import BinlogSource
@@ -82,9 +83,8 @@ class SnapshotReader(DataSourceReader):
                 columns, seq, lw = result.columns, decimal.Decimal(result.hw.seq(0)), str(result.lw)
                 file, pos = result.hw.file, result.hw.pos
             for begin, end in _parts(columns, wide):
-                n = end - begin
-                meta = [[schema.name] * n, ["r"] * n, [seq] * n, [None] * n, [file] * n, [pos] * n, [None] * n,
-                        [split.index] * n, [None] * n]
+                meta = constants([schema.name, "r", seq, None, file, pos, None, split.index, None], fields,
+                                 end - begin)
                 yield arrow_batch(fields, meta + [c[begin:end] for c in columns])
             if not job.get("plain"):
                 yield arrow_batch(fields, [[schema.name], ["w"], [seq], [None], [file], [pos], [None], [split.index],
