@@ -23,19 +23,29 @@ def test_tables_changed_during_their_snapshot_are_snapshotted_again(dev_db, data
     for t in ("a", "b"):
         execute(dev_db, database, f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT, gone INT)",
                 f"INSERT INTO {t} SELECT seq, seq, seq FROM {seq(1, 60)}")
-    read_group = snapshot_step.read_group
+    read_group, read_ahead = snapshot_step.read_group, snapshot_step.read_ahead
     groups: dict[str, int] = {}
 
-    def then_change(ctx: Any, schema: Any, splits: Any, *rest: Any) -> Any:
-        landed = read_group(ctx, schema, splits, *rest)
+    def read(schema: Any) -> None:
         groups[schema.table] = groups.get(schema.table, 0) + 1
         if groups[schema.table] == 1 and schema.table == "a":  # the next chunks' SELECTs lack w
             execute(dev_db, database, "ALTER TABLE a ADD COLUMN w INT DEFAULT 3", "UPDATE a SET w = 9 WHERE id > 40")
         if groups[schema.table] == 1 and schema.table == "b":  # the next chunk's SELECT fails
             execute(dev_db, database, "ALTER TABLE b DROP COLUMN gone", "UPDATE b SET v = -v WHERE id > 40")
+
+    def then_change(ctx: Any, schema: Any, splits: Any, *rest: Any) -> Any:
+        landed = read_group(ctx, schema, splits, *rest)
+        read(schema)
         return landed
 
+    def then_change_ahead(ctx: Any, schema: Any, splits: Any, *rest: Any) -> Any:
+        rows = read_ahead(ctx, schema, splits, *rest)  # a group read while the one before lands
+        if rows is not None:
+            read(schema)
+        return rows
+
     monkeypatch.setattr(snapshot_step, "read_group", then_change)
+    monkeypatch.setattr(snapshot_step, "read_ahead", then_change_ahead)
     cfg_path = write_config(tmp_path / "binlake.yml", dev_db.running_port(), [f"{database}\\.(a|b)"],
                             tmp_path / "lake", "6350-6354", chunk_size=20, group_size=1)
     cfg = run_once(cfg_path)
