@@ -9,11 +9,13 @@ from typing import Self
 
 class Behind:
     """The group landing behind the one being read: a large table's group read in this process
-    (`snapshot.read_ahead`) lands (`snapshot.land_read`: bronze, its record, silver, its record) on a thread of its own
-    while the next group is read. Reading is mostly Python, holding the GIL; landing is mostly
-    delta-rs, outside it; so the two overlap: on 2 cores a 2M-row table's snapshot took 21 s in this
-    process instead of 25 (the medians of eight runs each, interleaved). A second thread reading
-    the group's other slot was slower still than one: reading holds the GIL.
+    (`snapshot.read_ahead`) lands (`snapshot.land_read`: bronze, its record, silver, its record) on
+    a thread of its own while the next group is read. Reading is mostly Python, holding the GIL;
+    landing is mostly delta-rs, outside it; so the two overlap: on 2 cores a 2M-row table's snapshot
+    took 21 s in this process instead of 25 (the medians of eight runs each, interleaved), and the
+    bench's 5M rows 58 s instead of 82. A second thread reading the group's other slot was slower
+    than one: reading holds the GIL.
+
     One group lands at a time, in the order read, and the next waits for it (`wait`), so nothing
     about the order of the writes changes: a crash loses at most the group in hand, read and not
     landed, which the next run reads again. Memory holds two groups instead of one."""
@@ -28,7 +30,8 @@ class Behind:
         self.landing = self.pool.submit(call)
 
     def wait(self, held: int | None) -> int | None:
-        """Once the group landing has landed: `held` after it (see `snapshot.apply_to_silver`), or its failure."""
+        """Once the group landing has landed: `held` after it (see `snapshot.apply_to_silver`), or
+        its failure."""
         if self.landing is None:
             return held
         landing, self.landing = self.landing, None
