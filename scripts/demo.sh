@@ -40,8 +40,15 @@ wait_for() {  # wait_for <seconds> <test command...>
     sleep 1
   done
 }
-wait_for 600 test -e lake/_binlake/checkpoint/commits/0
-echo "demo: snapshot done, streaming; making live changes in the source"
+# The snapshot is done and the stream has caught up with the source when binlake says so: its first
+# look at the source that finds nothing new to read is recorded at once (stream.heartbeat-seconds), on
+# a source where nothing else writes too.
+caught_up() {
+  "$BINLAKE" status -c "$cfg" --json 2>/dev/null |
+    python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['stream'].get('caught_up') else 1)"
+}
+wait_for 600 caught_up
+echo "demo: snapshot done, stream caught up; making live changes in the source"
 mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$port" -u root shop -e "
   UPDATE customers SET full_name = CONCAT(full_name, ' (VIP)'), email = CONCAT('vip+', email) WHERE id <= 3;
   INSERT INTO orders (customer_id, status, total, ordered_at) VALUES (1, 'new', 42.00, NOW(6));

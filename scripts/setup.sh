@@ -6,6 +6,7 @@
 # Idempotent: every step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/quiet.sh
 
 DELTA_VERSION=4.4.0
 DELTA_ARTIFACT=delta-spark_4.2_2.13
@@ -53,8 +54,8 @@ if [ ! -f "$JARS/$DELTA_ARTIFACT-$DELTA_VERSION.jar" ]; then
   # Maven's own client reaches Central where Spark's Ivy resolver may not; Spark itself provides
   # Scala, Hadoop and Parquet, so only Delta's own two jars go on the classpath.
   for a in "$DELTA_ARTIFACT" delta-storage; do
-    mvn -q -B dependency:copy -Dartifact="io.delta:$a:$DELTA_VERSION" -DoutputDirectory="$JARS" \
-      -Dmdep.overWriteIfNewer=true
+    quiet "$VENV/maven.log" mvn -q -B dependency:copy -Dartifact="io.delta:$a:$DELTA_VERSION" \
+      -DoutputDirectory="$JARS" -Dmdep.overWriteIfNewer=true
   done
 fi
 # MySQL 9.7 LTS for the tests and `binlake dev-db --server mysql`. Debian 12 has no MySQL; Debian's

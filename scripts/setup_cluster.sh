@@ -5,6 +5,7 @@
 # Idempotent: every step is skipped when its result is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/quiet.sh
 
 VENV=.venv
 OUT="$VENV/share/binlake/cluster"
@@ -25,7 +26,7 @@ for artifact in "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" "software.amazon.
   IFS=: read -r _ name version <<<"$artifact"
   if [ ! -f "$OUT/jars/$name-$version.jar" ]; then
     echo "binlake setup-cluster: fetching $artifact from Maven Central"
-    mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$OUT/jars"
+    quiet "$OUT/maven.log" mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$OUT/jars"
   fi
 done
 

@@ -98,6 +98,9 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
     },
     "stream": {
         "trigger-seconds": (WHOLE, 1, "micro-batch interval"),
+        "heartbeat-seconds": (WHOLE, 30, "seconds between two records of where a stream with no captured change "
+                              "stands (`binlake status`: caught up at a position, so long ago; a restart reads on "
+                              "from there); `0`: none"),
         "startup-mode": (choice(*STARTUP_MODES), "initial",
                          "`initial` (snapshot, then stream), `snapshot` (snapshot only), or stream without a "
                          "snapshot from `latest`, `earliest`, `specific` (a position) or `timestamp`"),

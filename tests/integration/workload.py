@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -93,13 +94,14 @@ class RandomStatements:
 
 def killed_once_streaming(cfg_path: Path, progress: Any, log: Path, seed: int) -> None:
     """`binlake run`, killed (SIGKILL to its process group) a moment after its stream lands a batch:
-    `progress` (the target's stream progress file) appears, then 0.5 to 4 s, drawn from `seed`."""
+    `progress` (the target's stream progress file) records a batch, then 0.5 to 4 s, drawn from `seed`
+    (the file may come first with a heartbeat alone, when the stream's first look finds nothing new)."""
     with log.open("wb") as out:
         proc = subprocess.Popen([*BINLAKE, "run", "-c", str(cfg_path)], cwd=ROOT, start_new_session=True,
                                 env={**os.environ, **CLI_ENV}, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 600
-        while not progress.exists():
+        while not _landed(progress):
             assert proc.poll() is None, f"binlake run ended (rc {proc.returncode}): {log.read_text()[-2000:]}"
             assert time.monotonic() < deadline, "no micro-batch landed in 600 s"
             time.sleep(0.5)
@@ -107,6 +109,14 @@ def killed_once_streaming(cfg_path: Path, progress: Any, log: Path, seed: int) -
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _landed(progress: Any) -> bool:
+    """Whether the stream progress file `progress` records a landed micro-batch."""
+    try:
+        return progress.exists() and "batch" in json.loads(progress.read_text())
+    except ValueError:  # read while being written
+        return False
 
 
 def killed_under_writers(cfg_path: Path, progress: Any, log: Path, writers: RandomStatements, seed: int,

@@ -108,6 +108,9 @@ class Metrics:
                                     buckets=ROWS_BUCKETS)
         self.last_batch = Gauge("binlake_last_micro_batch_timestamp_seconds", "When the last micro-batch landed "
                                 "(Unix seconds)", registry=r)
+        self.heartbeat = Gauge("binlake_stream_heartbeat_timestamp_seconds", "When the stream last recorded where "
+                               "it stands with no change to land (Unix seconds; stream.heartbeat-seconds)",
+                               registry=r)
         self.errors = Counter("binlake_errors", "Errors met by this process, by kind: the one that ended it and "
                               "those it recovered from", ["kind"], registry=r)
         self.last_error = Gauge("binlake_last_error_timestamp_seconds", "When the last error was met (Unix "
@@ -161,6 +164,13 @@ def batch(changes: dict[str, int], began: float) -> None:
     _metrics.batch_rows.observe(sum(changes.values()))
     _metrics.last_batch.set(now)
     _metrics.behind.landed(now - seconds)
+
+
+def heartbeat(at: float, caught_up: bool) -> None:
+    """The stream recorded where it stands at `at` (Unix seconds), caught up with the source's head or
+    not (binlake.capture.heartbeat)."""
+    del caught_up  # the look itself reports it (`found`); the record's time is the figure
+    _metrics.heartbeat.set(at)
 
 
 def looked(query: Any) -> None:

@@ -36,6 +36,7 @@ from binlake import stop
 from binlake.capture import metrics
 from binlake.capture.batch_in_hand import HeldBatch
 from binlake.capture.binlog_batches import BinlogRange, BinlogReader
+from binlake.capture.heartbeat import Heartbeat
 from binlake.capture.context import Context
 from binlake.capture.micro_batch import MicroBatch
 from binlake.errors import BinlakeError, RuntimeFailure
@@ -59,6 +60,7 @@ class StreamLoop:
         self.ctx, self.each_batch, self.start = ctx, each_batch, start
         self.reader = BinlogReader({"job": json.dumps(job), "password": ctx.params["password"]})
         self.files = ctx.target.checkpoint_files
+        self.heartbeat = Heartbeat(ctx.target.stream_progress, float(ctx.cfg.get("stream.heartbeat-seconds")))
 
     def run(self, target: BinlogPosition | None, every: float) -> dict[str, Any] | None:
         """Land batches until one ending at `target` has committed (None: until stopped), a batch
@@ -83,18 +85,24 @@ class StreamLoop:
                 if not self._holdable(begin, end):
                     log.info("batch %d spans more binlog than the driver holds: Spark's query reads it", batch_id)
                     return end
-                self._guarded(lambda: self._land(batch_id, begin, end, began))
+                landed = self._guarded(lambda: self._land(batch_id, begin, end, began))
                 checkpoint.commit_batch(self.files, batch_id)
                 self.reader.commit(end)
                 batch_id, begin, planned = batch_id + 1, end, None
+                if not landed:  # the binlog moved in tables binlake does not capture: no progress written
+                    self.heartbeat.beat(begin, caught_up=False)
+            else:
+                self.heartbeat.beat(begin, caught_up=True)
             if target is None or not found:
                 _pause(max(0.0, every - (time.monotonic() - began)) if target is None else 0.2)
         raise stop.stopped()
 
-    def _land(self, batch_id: int, begin: dict[str, Any], end: dict[str, Any], began: float) -> None:
+    def _land(self, batch_id: int, begin: dict[str, Any], end: dict[str, Any], began: float) -> bool:
+        """Read and land the batch; whether it held any row to land."""
         batches = list(self.reader.read(BinlogRange(begin, end)))
         if batches:
             self.each_batch.land_batch(HeldBatch(pa.Table.from_batches(batches), self.ctx.session), batch_id, began)
+        return bool(batches)
 
     def _holdable(self, begin: dict[str, Any], end: dict[str, Any]) -> bool:
         """Whether the batch from `begin` to `end` spans at most HELD_BYTES of one server's binlog."""

@@ -18,12 +18,13 @@ from binlake import stop
 from binlake.capture import metrics
 from binlake.capture.context import Context, current_position
 from binlake.capture.failover import GtidRecord, state_at
+from binlake.capture.heartbeat import Heartbeat
 from binlake.capture.micro_batch import MicroBatch
 from binlake.capture.stream_loop import StreamLoop
 from binlake.capture.startup import SNAPSHOT_MODES, Start, resolve
 from binlake.errors import ConfigError, PositionGoneError, RuntimeFailure, raised_in_spark
 from binlake.lake import arrow_commit, bronze, silver, split_state
-from binlake.lake.checkpoint import committed_offset, stream_id
+from binlake.lake.checkpoint import committed_end, committed_offset, stream_id
 from binlake.lake.evolution import Version
 from binlake.offsets import BinlogPosition
 from binlake.source.connection import connect
@@ -170,15 +171,29 @@ def _drive(ctx: Context, writer: Any, start: BinlogPosition, target: BinlogPosit
                 metrics.looked(query)
         else:
             query = writer.trigger(processingTime=f"{int(ctx.cfg.get('stream.trigger-seconds'))} seconds").start()
+            heartbeat = Heartbeat(ctx.target.stream_progress, float(ctx.cfg.get("stream.heartbeat-seconds")))
             while query.isActive and not stop.asked():
                 _await(query, 1)
                 metrics.looked(query)
+                _beat(query, heartbeat, lambda: committed_end(checkpoint) or start.to_dict())
         if stop.asked():
             _stop_between_batches(query)
             raise stop.stopped()
         if query.isActive:  # caught up: no batch can start past `target`, so none is cut short
             query.stop()
         _await(query)
+
+
+def _beat(query: Any, heartbeat: Heartbeat, position: Any) -> None:
+    """The heartbeat of Spark's query (binlake.capture.heartbeat): caught up when its last trigger
+    found no data and none runs now."""
+    try:
+        status = query.status
+    except Exception:  # noqa: BLE001 - the query ending under us: its end says so
+        return
+    if str(status.get("message", "")).startswith("Initializing") or status.get("isTriggerActive"):
+        return
+    heartbeat.beat(position(), caught_up=not status.get("isDataAvailable"))
 
 
 def _gtid_record(ctx: Context, start: BinlogPosition) -> GtidRecord:

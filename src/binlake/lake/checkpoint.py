@@ -142,3 +142,17 @@ def write_progress(path: Location, batch_id: int, tables: dict[str, tuple[int, A
     old["updated"] = time.time()
     path.write_text(json.dumps(old))
 
+
+
+def write_heartbeat(path: Location, position: dict[str, Any], caught_up: bool) -> None:
+    """Where the stream stands now, with no change of a captured table to land: `position`, the end of
+    its last committed batch (or its start), and whether its last look at the source found nothing
+    past it (`caught_up`). Beside the checkpoint, not in it: Spark's query resumes from its own offsets,
+    and a heartbeat is no batch. `head_at` moves too when caught up, so a restarted run's lag starts
+    from this look, not from the last batch."""
+    old: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {"tables": {}}
+    now = time.time()
+    old["heartbeat"] = {"at": now, "position": position, "caught_up": caught_up}
+    if caught_up:
+        old["head_at"] = now
+    path.write_text(json.dumps(old))
