@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from binlake.capture.heartbeat import Heartbeat
+from binlake.capture.heartbeat import Heartbeat, line, report
 from binlake.lake.checkpoint import write_progress
 from binlake.lake.storage import location
 
@@ -63,3 +63,20 @@ def test_a_heartbeat_keeps_the_batches_progress_and_none_is_written_when_off(tmp
     off = tmp_path / "off.json"
     assert not Heartbeat(location(str(off)), 0, Clock()).beat(AT, caught_up=True)
     assert not off.exists()
+
+
+def test_status_says_caught_up_until_a_batch_lands_after_the_heartbeat(tmp_path: Path) -> None:
+    path = tmp_path / "stream.json"
+    Heartbeat(location(str(path)), 30, Clock()).beat(AT, caught_up=True)
+    record = _record(path)
+    said = report(record)
+    assert said["caught_up"] is True and said["heartbeat_position"] == "mysql-bin.000003:4711"
+    stream = {**said, "last_batch_at": None}
+    assert line(stream, now=said["heartbeat_at"] + 12) == "stream: caught up at mysql-bin.000003:4711, 12 s ago"
+
+    write_progress(location(str(path)), 8, {"db.t": (1, None)}, began=0.0)
+    later = _record(path)
+    assert later["updated"] >= record["heartbeat"]["at"]
+    assert report(later)["caught_up"] is False  # a batch landed since: not known to be caught up now
+    assert line({**report(later), "last_batch_at": later["updated"] + 1}) is None
+    assert report({"tables": {}}) == {"caught_up": None, "heartbeat_at": None, "heartbeat_position": None}

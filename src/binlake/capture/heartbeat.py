@@ -23,6 +23,7 @@ from typing import Any
 from binlake.capture import metrics
 from binlake.lake.checkpoint import write_heartbeat
 from binlake.lake.storage import Location
+from binlake.offsets import BinlogPosition
 
 
 class Heartbeat:
@@ -50,3 +51,25 @@ class Heartbeat:
         self.last = now
         self.caught_up_shown = self.caught_up_shown or caught_up
         return True
+
+
+def report(progress: dict[str, Any]) -> dict[str, Any]:
+    """What the progress file `progress` says of the stream's last heartbeat, for `binlake status`:
+    `caught_up` when it found nothing past its position and no batch landed since, `heartbeat_at`
+    (Unix seconds) and `heartbeat_position`; None each when there is none."""
+    beat = progress.get("heartbeat")
+    if not beat:
+        return {"caught_up": None, "heartbeat_at": None, "heartbeat_position": None}
+    landed_since = float(progress.get("updated") or 0) > float(beat["at"])
+    return {"caught_up": bool(beat["caught_up"]) and not landed_since, "heartbeat_at": beat["at"],
+            "heartbeat_position": str(BinlogPosition.from_dict(beat["position"]))}
+
+
+def line(stream: dict[str, Any], now: float | None = None) -> str | None:
+    """The status line of an idle stream's heartbeat (`report`'s keys), or None when it has none newer
+    than the last batch: `caught up at <position>, <n> s ago`."""
+    if stream.get("heartbeat_at") is None or (stream.get("last_batch_at") or 0) > stream["heartbeat_at"]:
+        return None
+    ago = max(0, round((time.time() if now is None else now) - stream["heartbeat_at"]))
+    state = "caught up" if stream.get("caught_up") else "reading"
+    return f"stream: {state} at {stream['heartbeat_position']}, {ago} s ago"
