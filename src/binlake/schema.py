@@ -409,7 +409,7 @@ class TableSchema:
         for c in self.columns:
             if c.data_type not in CAPTURED_TYPES:
                 return (f"captured table {self.name}: column {c.name} is {c.column_type}, a type binlake does not "
-                        "capture; leave the table out of source.tables, or change the column to a type the README's "
+                        "capture; leave the table out of source.tables, or change the column to a type docs/types.md's "
                         "type mapping lists")
             if c.is_string and c.data_type != "json" and c.charset and not supported(c.charset):
                 return (f"captured table {self.name}: column {c.name} is in character set {c.charset}, which binlake "

@@ -93,7 +93,7 @@ class S3:
     bucket: str = "lake"
 
     def hadoop_conf(self) -> dict[str, str]:
-        """The S3A settings of README's "Running on a Spark cluster", for this endpoint (the keys come
+        """The S3A settings of docs/operating.md's "The lake on S3, GCS or ABFS", for this endpoint (the keys come
         from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment)."""
         return {"spark.hadoop.fs.s3a.endpoint": self.endpoint, "spark.hadoop.fs.s3a.endpoint.region": REGION,
                 "spark.hadoop.fs.s3a.path.style.access": "true",

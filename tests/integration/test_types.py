@@ -1,5 +1,5 @@
 """Every MySQL type through both capture paths: the snapshot and the binlog give silver the same value,
-and that value is the source's, normalised per type as the README's "Type mapping" table says.
+and that value is the source's, normalised per type as docs/types.md's type mapping says.
 
 Rows 1..N are written before the snapshot. After the first run, rows 1000+i are inserted with the same
 values, rows 2000+i (written before the snapshot with another row's values) are updated to them, rows
