@@ -49,12 +49,13 @@ caught_up() {
 }
 wait_for 600 caught_up
 echo "demo: snapshot done, stream caught up; making live changes in the source"
+# the micro-batches landed so far (none yet: -1), read before the changes, so their batch counts
+batches() { python3 -c "import json;print(json.load(open('lake/_binlake/stream.json')).get('batch', -1))" 2>/dev/null || echo -1; }
+seen=$(batches)
 mariadb --no-defaults --protocol=tcp -h 127.0.0.1 -P "$port" -u root shop -e "
   UPDATE customers SET full_name = CONCAT(full_name, ' (VIP)'), email = CONCAT('vip+', email) WHERE id <= 3;
   INSERT INTO orders (customer_id, status, total, ordered_at) VALUES (1, 'new', 42.00, NOW(6));
   DELETE FROM order_lines WHERE order_id = 2;"
-batches() { python3 -c "import json;print(json.load(open('lake/_binlake/stream.json'))['batch'])" 2>/dev/null || echo -1; }
-seen=$(batches)
 advanced() { [ "$(batches)" -gt "$seen" ]; }
 wait_for 120 advanced
 sleep 3
