@@ -149,8 +149,11 @@ def resume_position(ctx: Context) -> BinlogPosition | None:
     if ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES:
         stored = ctx.target.stream_start
         return Start.from_dict(json.loads(stored.read_text())).position if stored.exists() else None
-    splits = split_state.load(ctx.session(), ctx.target.split_state, ctx.cfg.get("snapshot.group-size"),
-                              list(ctx.schemas()))
+    path = ctx.target.split_state
+    # a local split state is read by delta-rs, which starts no JVM (`binlake status` checks the position
+    # too): `load` asks nothing then of `ctx.spark`, None unless a session runs
+    spark = ctx.spark if split_state.read_here(path) else ctx.session()
+    splits = split_state.load(spark, path, ctx.cfg.get("snapshot.group-size"), list(ctx.schemas()))
     return min((s.hw for ss in splits.values() for s in ss if s.hw is not None), default=None)
 
 

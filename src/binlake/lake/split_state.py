@@ -41,6 +41,12 @@ def _exists(spark: SparkSession, path: str) -> bool:
     return bool(DeltaTable.isDeltaTable(spark, path))
 
 
+def read_here(path: str) -> bool:
+    """Whether the reads below ask nothing of their Spark session for the split state at `path`: a local
+    one delta-rs reads (`arrow_commit.readable`), or one with no commit yet."""
+    return storage.is_local(path) and (arrow_commit.readable(path) or not storage.has_commit(path))
+
+
 def ensure(spark: SparkSession, path: str) -> None:
     from delta.tables import DeltaTable
 
