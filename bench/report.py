@@ -25,6 +25,22 @@ TARGETS = [
     ("many-tables", "silver_tables_differing", "<=", 0, "silver tables that differ from their source afterwards"),
 ]
 
+# issue 52: a lake left running (bench/steady.py), each figure on both servers
+STEADY_TARGETS = [
+    ("p99_s", 3.0, "a lake left running: commit to silver p99 over the steady window (seconds)"),
+    ("growth", 1.2, "a lake left running: p99 of the steady window's last third / of its first"),
+    ("cpu_s_per_1m_changes", 30, "a lake left running: CPU seconds of binlake's processes per 1M changes"),
+    ("silver_growth_bytes_per_change", 2048, "a lake left running: bytes silver's folder grew per row change"),
+    ("silver_live_files", 100, "a lake left running: silver's live files at the end"),
+    ("bronze_live_files", 100, "a lake left running: bronze's live files at the end"),
+    ("scan_ratio", 1.5, "a lake left running: delta-rs full scan of silver / of the same rows compacted"),
+    ("silver_differs", 0, "a lake left running: silver differs from the source at the end (1 = yes)"),
+]
+TARGETS += [(key, figure, "<=", target, f"{meaning}, {server}") for key, server in
+            (("steady", "MariaDB"), ("steady-mysql", "MySQL")) for figure, target, meaning in STEADY_TARGETS]
+TARGETS.append(("steady-large", "p99_ratio_to_base", "<=", 1.3,
+                "a lake left running, MariaDB: p99 at 20M rows / at 5M (BENCH_STEADY_LARGE=1)"))
+
 # the lead over Flink CDC should grow with the table: at 5M rows (BENCH_ROWS=5000000) the bar is 6x
 LARGE_ROWS, LARGE_VS_FLINK = 5_000_000, 6.0
 
@@ -166,6 +182,7 @@ def write_report(results: dict[str, Any], path: Path, chart: str | None) -> None
                              f"{_n(m['seconds_per_table'], 3)} | {_n(m['baseline_scan_s'], 2)} | "
                              f"{_n(m['ratio_to_scan'], 5)} | {_n(m['writer_changes'])} | {_n(m['catch_up_s'], 1)} | "
                              f"{_n(m['silver_tables_differing'])} |")
+    lines += _steady_lines([results[k] for k in ("steady", "steady-mysql", "steady-large") if k in results])
     sections = [k for k in results if k not in ("meta", "targets", "figures")]
     lines += ["", "## Sections", "", "| section | measured at | seconds |", "|---|---|---|"]
     for k in sections:
@@ -271,6 +288,58 @@ def _latency_lines(la: dict[str, Any] | None) -> list[str]:
         f"{la['stop']['returncode']}, {la['stop']['stop_s']} s). Peak RSS {_n(la['peak_rss_mb'])} MB "
         f"(PSS {_n(la.get('peak_pss_mb'))} MB).",
     ]
+
+
+def _steady_lines(runs: list[dict[str, Any]]) -> list[str]:
+    runs = [st for st in runs if "p99_s" in st]
+    if not runs:
+        return []
+    mb = 2**20
+    lines = [
+        "", "## Steady state (`binlake run` left streaming under a steady writer)", "",
+        "| server | rows | writer | changes | p50 s | p99 s | p99 last third / first | CPU s per 1M changes | "
+        "silver live files, MB | bronze live files, MB | silver folder MB (grew B per change) | "
+        "bronze folder MB | scan silver / compacted s | silver equal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for st in runs:
+        lines.append(
+            f"| {st['server']} | {_n(st['rows'])} | {_n(st['writer_rate_rows_per_s'])}/s for "
+            f"{_n(st['writer_minutes'], 1)} min | {_n(st['changes'])} | {_n(st['p50_s'], 2)} | "
+            f"{_n(st['p99_s'], 2)} | {_n(st['growth'], 2)} | {_n(st['cpu_s_per_1m_changes'], 1)} | "
+            f"{st['silver_live_files']}, {_n(st['silver_live_bytes'] / mb, 1)} | "
+            f"{st['bronze_live_files']}, {_n(st['bronze_live_bytes'] / mb, 1)} | "
+            f"{_n(st['silver_folder_bytes'] / mb, 1)} ({_n(st['silver_growth_bytes_per_change'])}) | "
+            f"{_n(st['bronze_folder_bytes'] / mb, 1)} | {_n(st['scan_silver_s'], 3)} / "
+            f"{_n(st['scan_compacted_s'], 3)} ({_n(st['scan_ratio'], 2)}x) | "
+            f"{'yes' if not st['silver_differs'] else 'NO'} |")
+    for st in runs:
+        lines += ["", _steady_note(st)]
+    return lines
+
+
+def _steady_note(st: dict[str, Any]) -> str:
+    mb = 2**20
+    note = (
+        f"{st['server']}, {_n(st['rows'])} rows: latency over the {_n(st['timed_statements'])} statements "
+        f"written after the first {st['warmup_s']} s ({st['unseen_rows']} never seen), p99 "
+        f"{_n(st['p99_first_third_s'], 2)} s over their first third and {_n(st['p99_last_third_s'], 2)} s over "
+        f"the last (the writer fell behind its schedule by at most {_n(st['writer_max_schedule_lag_s'], 2)} s); "
+        f"{st['batches']} micro-batches, one every {_n(st['batch_interval_mean_s'], 2)} s (at most "
+        f"{_n(st['batch_interval_max_s'], 2)} s), silver's commit {_n(st['batch_silver_mean_s'], 2)} s on "
+        f"average (p99 {_n(st['batch_silver_p99_s'], 2)} s). Silver's folder holds "
+        f"{_n(st['silver_folder_files'])} files for {st['silver_live_files']} live, bronze's "
+        f"{_n(st['bronze_folder_files'])} for {st['bronze_live_files']}; the compacted copy is "
+        f"{st['compacted_files']} file(s), {_n(st['compacted_bytes'] / mb, 1)} MB; opening silver took "
+        f"{_n(st['scan_silver_open_s'], 3)} s of its scan. The snapshot took {_n(st['snapshot_s'], 1)} s, "
+        f"the catch-up after the writer stopped {_n(st['caught_up_s'], 1)} s, `binlake verify` "
+        f"{_n(st['verify_s'], 1)} s ({'ok' if st['verify_ok'] else 'differences'}). Peak RSS "
+        f"{_n(st['peak_rss_mb'])} MB.")
+    if st.get("p99_ratio_to_base"):
+        note += f" p99 {_n(st['p99_ratio_to_base'], 2)}x the {_n(st['base_rows'])}-row run's."
+    if st.get("log_trouble_lines"):
+        note += (f" The run's log has {st['log_trouble_lines']} error or warning lines, e.g. "
+                 f"`{st['log_trouble_examples'][0]}`.")
+    return note
 
 
 def draw_chart(results: dict[str, Any], path: Path) -> bool:

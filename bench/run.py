@@ -15,11 +15,16 @@ Sections, each measured against a baseline taken in the same run:
   peer      Flink CDC's MySQL source on the same table, when it can run here
   many-tables  `binlake run --until-caught-up` over many small tables with one writer, on MariaDB and
             MySQL, vs one connection reading every table (bench/many_tables.py)
+  steady    a lake left running: `binlake run` on a 5M-row table under 2,000 changed rows/s for 15 minutes,
+            on both servers: latency and its growth, CPU per 1M changes, files and disk bytes, silver's scan
+            against a compacted copy, silver equal to the source (bench/steady.py)
 
 Sizes: BENCH_ROWS (default 1,000,000), BENCH_STREAM_CHANGES (500,000), BENCH_MEMORY_ROWS (the memory
 section's small size, default BENCH_ROWS), BENCH_LATENCY_RATE (200 rows/s), BENCH_LATENCY_SECONDS (60),
 BENCH_TABLES (1,000) and BENCH_TABLE_ROWS (100) for many-tables, BENCH_MANY_SERVERS (mariadb,mysql),
-BENCH_SERVERS (mariadb,mysql) for snapshot, stream and latency.
+BENCH_SERVERS (mariadb,mysql) for snapshot, stream, latency and steady; BENCH_STEADY_ROWS (5,000,000),
+BENCH_STEADY_MINUTES (15), BENCH_STEADY_RATE (2,000 rows/s), BENCH_STEADY_WARMUP_S (60) and
+BENCH_STEADY_LARGE=1 (a second MariaDB run at BENCH_STEADY_LARGE_ROWS, 20,000,000) for steady.
 Writes bench/results/latest.json, report.md and chart.png, or into the folder BENCH_RESULTS, so that a run
 at another size keeps the default run's. A run of some sections replaces those sections in latest.json and
 keeps the others (each section records when it was measured). MySQL's figures are the sections named with
@@ -52,11 +57,12 @@ import memory  # noqa: E402
 import peer  # noqa: E402
 import report  # noqa: E402
 import snapshot  # noqa: E402
+import steady  # noqa: E402
 import stream  # noqa: E402
 
-SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables")
+SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables", "steady")
 # sections measured on each of BENCH_SERVERS; the others on MariaDB alone
-ON_EACH_SERVER = ("snapshot", "stream", "latency")
+ON_EACH_SERVER = ("snapshot", "stream", "latency", "steady")
 
 
 def now() -> str:
@@ -132,6 +138,11 @@ def measure(name: str, source: harness.Source, rows: int, results: dict[str, Any
                            lambda: latency.run(source, harness.env_int("BENCH_LATENCY_RATE", 200)), rows),
                 **measured("latency-high" + source.key,
                            lambda: latency.run(source, harness.env_int("BENCH_LATENCY_HIGH_RATE", 2000)), rows)}
+    if name == "steady":
+        out = measured("steady" + source.key, lambda: steady.run(source), rows)
+        if source.server == "mariadb" and steady.large_wanted():
+            out.update(measured("steady-large", lambda: steady.run_large(source, out["steady"]), rows))
+        return out
 
     def section() -> dict[str, Any]:
         if name == "snapshot":

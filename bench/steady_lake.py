@@ -1,0 +1,184 @@
+"""The lake side of the steady section (bench/steady.py): when each change reached silver, what
+silver and bronze hold at the end (live files and bytes by the Delta log, every byte under each
+table's folder), and how fast delta-rs scans silver against the same rows compacted.
+
+Read by delta-rs and pyarrow in the bench's own process: no second Spark session competes with
+binlake for the machine's cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+
+class StampWatcher:
+    """Reads silver's Delta log as it grows and keeps, for each value of the stamp column (the
+    writer's wall time of a statement, in microseconds), the time of the first silver commit that
+    added a row carrying it: the modification time of that commit's `_delta_log/NNN.json`.
+
+    A commit's added files hold the rows it wrote: an update's and an insert's new image, and any
+    rows a MERGE copied over from a file it rewrote. One writer stamps its statements in the order it
+    commits them, and the binlog lands in silver in that order, so a stamp no newer than the newest
+    already seen was seen before (or is below `floor`, the loaded rows'): only newer ones are kept."""
+
+    def __init__(self, silver: Path, column: str, floor: int) -> None:
+        self.silver, self.column = silver, column
+        self.newest = floor - 1
+        self.next_version = 0
+        self.physical: str | None = None  # the Parquet name of `column` (silver maps columns by name)
+        self.committed: dict[int, float] = {}
+        self.rows_read = 0  # rows of added files read, copied-over rows included
+        self.read_s = 0.0
+
+    def poll(self) -> None:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        log = self.silver / "_delta_log"
+        while (path := log / f"{self.next_version:020d}.json").exists():
+            try:
+                actions = [json.loads(line) for line in path.read_text().splitlines()]
+            except ValueError:
+                return  # being written: read it on the next poll
+            when = path.stat().st_mtime
+            began = time.monotonic()
+            newest = self.newest
+            for action in actions:
+                if "metaData" in action:
+                    fields = json.loads(action["metaData"]["schemaString"])["fields"]
+                    field = next(f for f in fields if f["name"] == self.column)
+                    mapped = field.get("metadata", {})
+                    self.physical = mapped.get("delta.columnMapping.physicalName", self.column)
+                add = action.get("add")
+                if add and self.physical is not None:
+                    stamps = pq.read_table(self.silver / add["path"], columns=[self.physical]).column(0)
+                    self.rows_read += len(stamps)
+                    top = pc.max(stamps).as_py()
+                    if top is None or top <= self.newest:
+                        continue
+                    for stamp in pc.unique(pc.filter(stamps, pc.greater(stamps, self.newest))).to_pylist():
+                        self.committed.setdefault(int(stamp), when)
+                    newest = max(newest, top)
+            self.newest = newest  # after the whole commit: its other files may hold older new stamps
+            self.read_s += time.monotonic() - began
+            self.next_version += 1
+
+
+def folder_bytes(path: Path) -> tuple[int, int]:
+    """(bytes, files) of everything under `path`: live and dead data files, deletion vectors, the log."""
+    total = files = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+                files += 1
+            except FileNotFoundError:
+                continue  # a staged file committed or cleared meanwhile
+    return total, files
+
+
+def live(path: Path) -> dict[str, Any]:
+    """What the Delta log's current version holds: live files, their bytes, and how many of them carry
+    a deletion vector; and the table's version."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path))
+    adds = pa.table(table.get_add_actions(flatten=True))
+    with_dv = 0
+    for name in adds.column_names:
+        if name.startswith("deletionVector.") and name.endswith("storageType"):
+            with_dv = len(adds) - adds.column(name).null_count
+    return {"live_files": len(adds), "live_bytes": int(sum(adds.column("size_bytes").to_pylist())),
+            "files_with_deletion_vector": with_dv, "version": table.version()}
+
+
+def table_figures(path: Path, prefix: str) -> dict[str, Any]:
+    """`live`'s figures and the folder's bytes and files, each named with `prefix`."""
+    on_disk, files = folder_bytes(path)
+    return {**{f"{prefix}_{k}": v for k, v in live(path).items()},
+            f"{prefix}_folder_bytes": on_disk, f"{prefix}_folder_files": files}
+
+
+def read_all(path: Path, opened: list[float] | None = None) -> Any:
+    """Every row of the Delta table at `path`, by delta-rs's SQL engine: a pyarrow Table. With `opened`,
+    the seconds it took to open the table (to read its log) are appended to it.
+
+    Not `DeltaTable.to_pyarrow_table()`: it refuses silver's deletion vectors (docs/design.md#readers);
+    the SQL engine reads them, and the compacted copy is read the same way, so the two scans compare
+    the tables, not two readers."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, QueryBuilder
+
+    began = time.monotonic()
+    table = DeltaTable(str(path))
+    if opened is not None:
+        opened.append(time.monotonic() - began)
+    return pa.table(QueryBuilder().register("t", table).execute("SELECT * FROM t").read_all())
+
+
+def scan(path: Path, column: str, opened: list[float]) -> tuple[float, int, int]:
+    """A full scan of the table at `path` (opening it included) with a count and a sum over `column`:
+    (seconds, rows, sum)."""
+    import pyarrow.compute as pc
+
+    began = time.monotonic()
+    rows = read_all(path, opened)
+    total = pc.sum(rows.column(column)).as_py() or 0
+    return time.monotonic() - began, rows.num_rows, int(total)
+
+
+def checksum(path: Path, columns: list[str]) -> list[str]:
+    """The table's row count and the sum of each of `columns` (exact: integers and decimals), as text."""
+    import pyarrow.compute as pc
+
+    rows = read_all(path)
+    return [str(rows.num_rows), *(str(pc.sum(rows.column(c)).as_py() or 0) for c in columns)]
+
+
+def scan_against_compacted(silver: Path, scratch: Path, key: str, column: str,
+                           rounds: int = 3) -> dict[str, Any]:
+    """Silver's full scan against the same rows written fresh into one copy sorted by `key` (delta-rs,
+    into `scratch`): the best of `rounds` interleaved scans of each, and their ratio."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    began = time.monotonic()
+    rows = read_all(silver)
+    # the SQL engine gives strings as string_view, which pyarrow's sort cannot take from
+    rows = rows.cast(pa.schema([pa.field(f.name, pa.string() if f.type == pa.string_view() else f.type)
+                                for f in rows.schema]))
+    write_deltalake(str(scratch), rows.sort_by(key), mode="overwrite")
+    copy_s = time.monotonic() - began
+    copy_files = len(DeltaTable(str(scratch)).file_uris())
+    del rows
+    silver_s, copy_scan_s, silver_open, copy_open = [], [], [], []  # type: ignore[var-annotated]
+    for _ in range(rounds):
+        s, silver_rows, silver_sum = scan(silver, column, silver_open)
+        silver_s.append(s)
+        c, copy_rows, copy_sum = scan(scratch, column, copy_open)
+        copy_scan_s.append(c)
+    if (silver_rows, silver_sum) != (copy_rows, copy_sum):
+        raise RuntimeError(f"the compacted copy differs from silver: {copy_rows} rows, sum {copy_sum}; "
+                           f"silver {silver_rows} rows, sum {silver_sum}")
+    out = {
+        "scan_silver_s": round(min(silver_s), 3),
+        "scan_compacted_s": round(min(copy_scan_s), 3),
+        "scan_ratio": round(min(silver_s) / min(copy_scan_s), 3),
+        "scan_silver_open_s": round(min(silver_open), 3),
+        "scan_compacted_open_s": round(min(copy_open), 3),
+        "scan_rows": silver_rows,
+        "scan_sum": silver_sum,
+        "compacted_files": copy_files,
+        "compacted_bytes": folder_bytes(scratch)[0],
+        "compacted_write_s": round(copy_s, 2),
+    }
+    shutil.rmtree(scratch)
+    return out
