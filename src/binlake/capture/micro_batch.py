@@ -29,6 +29,8 @@ from binlake.lake import arrow_commit, bronze, silver
 from binlake.lake.checkpoint import write_progress
 from binlake.lake.evolution import Version
 from binlake.lake.evolve import apply_batch
+from binlake.lake.key_index import KeyIndex
+from binlake.lake.marked_merge import apply_marked
 from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ class MicroBatch:
         # per table: the newest binlog change bronze held before this run appended any (see silver.apply);
         # none in a bronze this process's snapshot created
         self.held: dict[str, Any] = dict.fromkeys(ctx.take_changeless())
+        self.indexes: dict[str, KeyIndex] = {}  # per table: where silver's keys live, for marked batches
 
     def __call__(self, whole: Any, batch_id: int) -> None:
         if stop.asked():
@@ -141,8 +144,21 @@ class MicroBatch:
         arrow_commit.append(into_bronze, changes)
         faults.point("mid_stream", name)
         bronze_s = time.monotonic() - t
-        silver.apply_arrow(into_silver, schema, changes, inserts_only=not row["others"], shape=self.ctx.shape)
+        shape = self.ctx.shape
+        marked = row["others"] and not shape.soft and apply_marked(s, schema, changes, self.index(schema))
+        if not marked:
+            silver.apply_arrow(into_silver, schema, changes, inserts_only=not row["others"], shape=shape)
         return bronze_s, time.monotonic() - t - bronze_s
+
+    def index(self, schema: TableSchema) -> KeyIndex | None:
+        """The key index of `schema`'s silver table (binlake.lake.key_index), kept from batch to batch
+        while its key stays the same; None for a key of more than one column."""
+        if len(schema.key) != 1:
+            return None
+        held = self.indexes.get(schema.name)
+        if held is None or held.key != schema.key[0]:
+            held = self.indexes[schema.name] = KeyIndex(schema.key[0])
+        return held
 
     def evolving(self, name: str, rows: Any, app_id: str, batch_id: int, oldest: Any) -> None:
         """A batch whose rows span schema versions, or of a table silver no longer matches column for

@@ -1,0 +1,151 @@
+"""Where each key of a silver table lives: for each live data file, its key column and the rows its
+deletion vector leaves live, held in the driver from one micro-batch to the next, so that a batch
+finds the rows it replaces by looking its keys up, not by reading the table.
+
+This is what lets a batch's cost follow its changes (`binlake.lake.silver.apply_marked`): a MERGE
+has to find the rows its keys match, and without an index that is a scan of every file a key may fall
+in, which for keys at random is the whole table. Here a batch of 6,000 keys is a binary search in each
+file's sorted keys; the table is read once, when the index is first built (the key column alone),
+and then only the files that are new since the last batch.
+
+Files are immutable, so a file's keys, once read, stay right for as long as the file is live; what
+changes is which files are live and which of their rows a deletion vector marks. `sync` brings the
+index to a version of the table by its log (`binlake.lake.deletion_vectors.Snapshot`): files gone are
+dropped, new ones read, and a file whose DV changed has its live rows read again from it. Any writer
+may have made those commits (this stream's batches, a Spark MERGE of a replayed batch, a compaction):
+the index follows the log, never its own guesses.
+
+Only a key of one integer column is indexed (`indexable`): keys compare as numbers with no collation,
+and 8 bytes a row is what the index costs (40 MB for a table of 5M rows). Each file's keys are kept
+sorted with their row positions; a file written in key order (the snapshot's, the marked batches',
+compaction's) needs no positions of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from binlake.lake.deletion_vectors import Snapshot, _data_path
+
+
+@dataclass
+class FileKeys:
+    """One data file's keys, sorted, with the row each is at (None: the file is in key order, so a
+    key's row is its place) and which are live (not marked by the file's DV)."""
+
+    keys: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.int64] | None
+    live: npt.NDArray[np.bool_]
+    dv: str  # the DV the live rows were read from (its descriptor as JSON; "" for none)
+
+    def find(self, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The rows (positions in the file) of the live keys among the sorted, distinct `wanted` (a key
+        twice in a file, live once at most, is found at each place)."""
+        if not self.keys.size or not wanted.size:
+            return np.empty(0, np.int64)
+        left = np.searchsorted(self.keys, wanted, side="left")
+        right = np.searchsorted(self.keys, wanted, side="right")
+        counts = right - left
+        if counts.max(initial=0) <= 1:
+            hit = left[counts == 1]
+        else:
+            starts = np.repeat(left, counts)
+            hit = starts + (np.arange(starts.size) - np.repeat(np.cumsum(counts) - counts, counts))
+        hit = hit[self.live[hit]]
+        return (hit if self.rows is None else self.rows[hit]).astype(np.int64)
+
+
+def indexable(snapshot: Snapshot, key: list[str]) -> bool:
+    """Whether the table's key is one integer column (see the module)."""
+    if len(key) != 1:
+        return False
+    fields = {f["name"]: f for f in json.loads(snapshot.metadata["schemaString"])["fields"]}
+    kind = fields.get(key[0], {}).get("type")
+    return kind in ("long", "integer", "short", "byte")
+
+
+class KeyIndex:
+    """The keys of one table's live files (see the module), as of `version`."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.files: dict[str, FileKeys] = {}
+        self.version = -1
+
+    def sync(self, snapshot: Snapshot) -> None:
+        """Bring the index to `snapshot`: read the files new since the last sync and the live rows of
+        those whose DV changed; forget the files no longer live."""
+        physical = _physical_name(snapshot, self.key)
+        for path in set(self.files) - set(snapshot.files):
+            del self.files[path]
+        for path, add in snapshot.files.items():
+            dv = json.dumps(add.get("deletionVector") or "", sort_keys=True)
+            known = self.files.get(path)
+            if known is None:
+                self.files[path] = _read(snapshot, path, physical, dv)
+            elif known.dv != dv:
+                known.live = _live(snapshot, path, known)
+                known.dv = dv
+        self.version = snapshot.version
+
+    def locate(self, keys: npt.ArrayLike) -> dict[str, npt.NDArray[np.int64]]:
+        """The live rows holding `keys`, by file: {path: row positions}, only files with some."""
+        wanted = np.unique(np.asarray(keys, dtype=np.int64))
+        found = {path: f.find(wanted) for path, f in self.files.items()}
+        return {path: rows for path, rows in found.items() if rows.size}
+
+    def rows(self) -> int:
+        """The live rows the index holds."""
+        return int(sum(int(f.live.sum()) for f in self.files.values()))
+
+
+def _physical_name(snapshot: Snapshot, name: str) -> str:
+    """The column `name`'s name in the data files (its physical name under column mapping)."""
+    for f in json.loads(snapshot.metadata["schemaString"])["fields"]:
+        if f["name"] == name:
+            return str(f.get("metadata", {}).get("delta.columnMapping.physicalName", name))
+    raise KeyError(name)
+
+
+def _read(snapshot: Snapshot, path: str, physical: str, dv: str) -> FileKeys:
+    """The keys of the live data file `path`, sorted, and its live rows."""
+    import pyarrow.parquet as pq
+
+    column = pq.read_table(_data_path(snapshot.location, path), columns=[physical]).column(0)
+    keys = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+    rows: npt.NDArray[np.int64] | None = None
+    if keys.size > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
+        rows = np.argsort(keys, kind="stable").astype(np.int64)
+        keys = keys[rows]
+    found = FileKeys(keys, rows, np.ones(keys.size, np.bool_), dv)
+    found.live = _live(snapshot, path, found)
+    return found
+
+
+def _live(snapshot: Snapshot, path: str, keys: FileKeys) -> npt.NDArray[np.bool_]:
+    """Which of `keys`' sorted entries are live in `path` as `snapshot` has it."""
+    live = np.ones(keys.keys.size, np.bool_)
+    deleted = snapshot.deleted(path).astype(np.int64)
+    if deleted.size:
+        if keys.rows is None:
+            live[deleted] = False
+        else:
+            dead_by_row = np.zeros(keys.keys.size, np.bool_)
+            dead_by_row[deleted] = True
+            live = ~dead_by_row[keys.rows]
+    return live
+
+
+def table_bytes(snapshot: Snapshot) -> int:
+    """The bytes of the table's live data files."""
+    return int(sum(int(add.get("size") or 0) for add in snapshot.files.values()))
+
+
+def touched_bytes(snapshot: Snapshot, rows: dict[str, Any]) -> int:
+    """The bytes of the files `rows` (locate's answer) names: what a copy-on-write MERGE would rewrite."""
+    return int(sum(int(snapshot.files[path].get("size") or 0) for path in rows))
