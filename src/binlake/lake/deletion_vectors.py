@@ -1,0 +1,566 @@
+"""Deletion vectors written by binlake: Delta's merge-on-read for a local table, in the driver.
+
+A commit here marks rows of live files deleted, each file's marks in a deletion vector (DV), and adds
+new data files, in one Delta transaction: for each marked file `remove` (with the DV it had) and
+`add` of the same path with the new DV, the union of the old one and the new marks. Its cost
+follows the marks, not the files' sizes: a batch of changes at random keys of a large table writes
+a few kilobytes of DVs and one small file of new images, where a copy-on-write MERGE rewrites every
+file a key falls in. delta-rs reads DVs but its writes cannot carry one (its `AddAction` and
+`RemoveAction` have no `deletionVector`, and `create_write_transaction` refuses a path both removed
+and added), so the commit file is written here, as Spark writes its DELETE's.
+
+The format (Delta's PROTOCOL.md, "Deletion Vector Format"), checked against delta-spark 4.4, which
+reads these DVs, and delta-rs, which reads them too:
+
+- a DV is a set of row positions (0-based, in the data file's row order) as a RoaringBitmapArray:
+  the magic number 1681511377, then the 64-bit "portable" Roaring format (a 64-bit bucket count;
+  for each bucket, in ascending order, its 32-bit high key and the standard serialization of a
+  32-bit Roaring bitmap of the low halves); all little-endian. Written here with array and bitmap
+  containers (no run containers, which are optional); read with all three.
+- a DV file (`deletion_vector_<uuid>.bin` in the table's folder) is a version byte 1, then for each
+  DV its size (4 bytes), its bytes and their CRC-32 (4 bytes), big-endian. A descriptor's `offset`
+  points at the size. Its `pathOrInlineDv` is an optional prefix (a folder) and the UUID in Z85.
+- a DV may instead be inline in the log (`storageType` "i": the bitmap bytes in Z85, no CRC).
+
+Worked example: positions {3, 4, 7, 11, 18, 29} serialize to 44 bytes: the magic (4), one bucket
+(8), its key 0 (4), then the 32-bit bitmap: cookie 12346 and one container (8), the container's key 0
+and cardinality-1 5 (4), its offset 16 (4), and six 16-bit values (12). The protocol's own inline
+example of these positions is in an older layout (big-endian, with the magic number 1681511376 of
+Delta's "native" format): delta-spark 4.4 refuses it ("Unexpected RoaringBitmapArray magic number").
+
+Beside these DVs, delta-rs 1.6 keeps working on the table: its append, MERGE and DELETE honour them
+(rewriting a file drops its marked rows), its checkpoint keeps them, and its vacuum keeps the DV
+files live adds use, but only in its default ("lite") mode: `vacuum(full=True)` deletes every DV
+file, live ones too, and Spark can then no longer read the table. Its `to_pyarrow_table` and
+`to_pyarrow_dataset` refuse a table with the feature; its SQL engine (`QueryBuilder`) and `scan`
+read it; `count()` ignores the DVs. (The MERGE, the checkpoint and the lite vacuum are in this
+module's tests; the rest was seen by hand with delta-rs 1.6.6.)
+
+Concurrency is Delta's optimistic one on a local disk: the next version's commit file is linked
+into place, which fails if another writer made that version first; then the commit is tried at the
+version after, unless the winner removed a file this commit marks or changed the table's metadata or
+protocol (`CommitConflict`: the caller plans its marks again on a fresh `Snapshot`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import numpy.typing as npt
+
+from binlake.errors import RuntimeFailure
+
+# row positions, sorted and distinct
+Positions = npt.NDArray[np.uint64]
+StorageType = Literal["u", "i", "p"]
+
+MAGIC = 1681511377  # RoaringBitmapArray, portable 64-bit format
+FILE_VERSION = 1
+_NO_RUNS, _RUNS = 12346, 12347  # a 32-bit bitmap's cookie: without run containers, with some
+_ARRAY_MOST = 4096  # an array container's most values; a container with more is a bitmap
+_OFFSETS_FROM = 4  # a bitmap with run containers has an offset header from this many containers on
+LOG = "_delta_log"
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_VALUE = {c: i for i, c in enumerate(Z85)}
+# the writer features of a table this module commits to correctly
+WRITER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz", "invariants", "appendOnly"})
+
+
+class CorruptDeletionVector(RuntimeFailure):
+    """A DV's bytes are not what its descriptor says (size, checksum, cardinality, format)."""
+
+
+class CommitConflict(RuntimeFailure):
+    """Another writer's commit, made since the snapshot the marks were planned on, removed a file
+    they mark or changed the table's metadata or protocol: nothing was committed."""
+
+
+# -- the bitmap ------------------------------------------------------------------------------------
+
+
+def positions(values: Iterable[int] | npt.ArrayLike) -> Positions:
+    """`values` as sorted distinct row positions (negative ones refused)."""
+    array = np.asarray(values if not isinstance(values, (set, frozenset)) else sorted(values))
+    if array.size and array.dtype.kind not in "iu":
+        raise ValueError(f"row positions are integers, not {array.dtype}")
+    if array.size and array.dtype.kind == "i" and array.min() < 0:
+        raise ValueError(f"a row position is negative: {int(array.min())}")
+    # sorted, then its repeats dropped: numpy 2's np.unique hashes, ten times slower on these
+    array = np.sort(array.astype(np.uint64).ravel())
+    return array[np.concatenate([[True], array[1:] != array[:-1]])] if array.size else array
+
+
+def _groups(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """The distinct values of the sorted `keys`, where each one's run starts, and its length."""
+    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if keys.size else np.empty(0, np.intp)
+    return keys[starts], starts, np.diff(np.append(starts, keys.size))
+
+
+def serialize(rows: Iterable[int] | npt.ArrayLike) -> bytes:
+    """The RoaringBitmapArray of the row positions `rows` (portable format, with Delta's magic)."""
+    rows = positions(rows)
+    if rows.size and rows[-1] >> np.uint64(63):  # Delta keeps a bucket key's top bit 0 (Java reads it signed)
+        raise ValueError(f"row position {int(rows[-1])} is past Delta's largest")
+    high = (rows >> np.uint64(32)).astype(np.uint32)
+    keys, starts, _ = _groups(high)
+    parts = [np.array([MAGIC], "<u4").tobytes(), np.array([len(keys)], "<u8").tobytes()]
+    for key, begin, end in zip(keys, starts, [*starts[1:], rows.size]):
+        parts.append(np.array([key], "<u4").tobytes())
+        parts.append(_serialize32((rows[begin:end] & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+    return b"".join(parts)
+
+
+def _serialize32(low: npt.NDArray[np.uint32]) -> bytes:
+    """The standard serialization of a 32-bit Roaring bitmap of the sorted values `low`: array
+    containers up to 4,096 values, bitmap containers above."""
+    keys, starts, counts = _groups(low >> np.uint32(16))
+    bodies = []
+    for begin, count in zip(starts, counts):
+        values = (low[begin:begin + count] & np.uint32(0xFFFF)).astype("<u2")
+        if count <= _ARRAY_MOST:
+            bodies.append(values.tobytes())
+        else:
+            bits = np.zeros(1 << 16, np.bool_)
+            bits[values] = True
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())  # 1,024 little-endian words
+    header = 8 + 8 * len(keys)
+    offsets = header + np.concatenate([[0], np.cumsum([len(b) for b in bodies[:-1]], dtype=np.int64)])
+    described = np.empty(2 * len(keys), "<u2")
+    described[0::2], described[1::2] = keys, counts - 1
+    return b"".join([np.array([_NO_RUNS, len(keys)], "<u4").tobytes(), described.tobytes(),
+                     offsets.astype("<u4").tobytes(), *bodies])
+
+
+def deserialize(data: bytes) -> Positions:
+    """The row positions of the RoaringBitmapArray `data` (portable format, with Delta's magic)."""
+    if len(data) < 12 or int.from_bytes(data[:4], "little") != MAGIC:
+        raise CorruptDeletionVector(f"a deletion vector does not start with the magic number {MAGIC} "
+                                    f"(of the portable RoaringBitmapArray format)")
+    buckets, at, out = int.from_bytes(data[4:12], "little"), 12, []
+    for _ in range(buckets):
+        key = int.from_bytes(data[at:at + 4], "little")
+        low, at = _deserialize32(data, at + 4)
+        out.append(low.astype(np.uint64) | np.uint64(key << 32))
+    if at != len(data):
+        raise CorruptDeletionVector(f"a deletion vector has {len(data) - at} bytes after its {buckets} buckets")
+    return np.concatenate(out) if out else np.empty(0, np.uint64)
+
+
+def _deserialize32(data: bytes, at: int) -> tuple[npt.NDArray[np.uint32], int]:
+    """The values of the 32-bit Roaring bitmap serialized at `at` of `data`, and where it ends."""
+    cookie = int.from_bytes(data[at:at + 4], "little")
+    if cookie == _NO_RUNS:
+        count, runs, at = int.from_bytes(data[at + 4:at + 8], "little"), b"", at + 8
+    elif cookie & 0xFFFF == _RUNS:
+        count = (cookie >> 16) + 1
+        runs, at = data[at + 4:at + 4 + (count + 7) // 8], at + 4 + (count + 7) // 8
+    else:
+        raise CorruptDeletionVector(f"a deletion vector's 32-bit bitmap has the unknown cookie {cookie}")
+    described = np.frombuffer(data, "<u2", 2 * count, at).astype(np.uint32)
+    at += 4 * count + (4 * count if not runs or count >= _OFFSETS_FROM else 0)  # the offsets are not needed
+    values = []
+    for i in range(count):
+        key, cardinality = described[2 * i] << np.uint32(16), int(described[2 * i + 1]) + 1
+        if runs and runs[i // 8] >> (i % 8) & 1:
+            n = int.from_bytes(data[at:at + 2], "little")
+            pairs = np.frombuffer(data, "<u2", 2 * n, at + 2).astype(np.uint32)
+            low = np.concatenate([np.arange(s, s + length + 1, dtype=np.uint32)
+                                  for s, length in zip(pairs[0::2], pairs[1::2])]) if n else pairs
+            at += 2 + 4 * n
+        elif cardinality <= _ARRAY_MOST:
+            low, at = np.frombuffer(data, "<u2", cardinality, at).astype(np.uint32), at + 2 * cardinality
+        else:
+            bits = np.unpackbits(np.frombuffer(data, np.uint8, 8192, at), bitorder="little")
+            low, at = np.flatnonzero(bits).astype(np.uint32), at + 8192
+        values.append(low | key)
+    return (np.concatenate(values) if values else np.empty(0, np.uint32)), at
+
+
+# -- where a DV is kept ----------------------------------------------------------------------------
+
+
+def z85_encode(data: bytes) -> str:
+    """`data` in Z85, padded with zero bytes to a multiple of 4 as Delta pads an inline DV."""
+    data += b"\0" * (-len(data) % 4)
+    out = []
+    for word in np.frombuffer(data, ">u4").tolist():
+        out.append("".join(Z85[word // 85 ** p % 85] for p in (4, 3, 2, 1, 0)))
+    return "".join(out)
+
+
+def z85_decode(text: str, size: int | None = None) -> bytes:
+    """The bytes the Z85 `text` encodes, the first `size` of them when given (an inline DV's padding)."""
+    if len(text) % 5:
+        raise CorruptDeletionVector(f"Z85 text has {len(text)} characters, not a multiple of 5")
+    out = bytearray()
+    for at in range(0, len(text), 5):
+        word = 0
+        for c in text[at:at + 5]:
+            word = word * 85 + _Z85_VALUE[c]
+        out += word.to_bytes(4, "big")
+    return bytes(out[:size] if size is not None else out)
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """An add or remove action's `deletionVector`: where a DV is and how many rows it marks."""
+
+    storage_type: StorageType
+    path_or_inline_dv: str
+    size_in_bytes: int
+    cardinality: int
+    offset: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.storage_type not in ("u", "i", "p"):
+            raise ValueError(f"a deletion vector's storageType is 'u', 'i' or 'p', not {self.storage_type!r}")
+        if self.storage_type == "i" and self.offset is not None:
+            raise ValueError("an inline deletion vector has no offset")
+        if self.storage_type == "u" and len(self.path_or_inline_dv) < 20:
+            raise ValueError(f"a 'u' deletion vector's path ends in a 20-character Z85 UUID: {self.path_or_inline_dv!r}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Descriptor:
+        return cls(d["storageType"], d["pathOrInlineDv"], int(d["sizeInBytes"]), int(d["cardinality"]),
+                   None if d.get("offset") is None else int(d["offset"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"storageType": self.storage_type, "pathOrInlineDv": self.path_or_inline_dv}
+        if self.offset is not None:
+            d["offset"] = self.offset
+        return {**d, "sizeInBytes": self.size_in_bytes, "cardinality": self.cardinality}
+
+    @property
+    def unique_id(self) -> str:
+        return self.storage_type + self.path_or_inline_dv + ("" if self.offset is None else f"@{self.offset}")
+
+    def file(self, location: str | Path) -> Path | None:
+        """The file holding this DV in the table at `location` (None for an inline one)."""
+        if self.storage_type == "i":
+            return None
+        if self.storage_type == "p":
+            return Path(unquote(urlparse(self.path_or_inline_dv).path))
+        prefix, encoded = self.path_or_inline_dv[:-20], self.path_or_inline_dv[-20:]
+        return Path(location) / prefix / f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin"
+
+
+def write_file(location: str | Path, bitmaps: Sequence[Iterable[int] | npt.ArrayLike],
+               prefix: str = "") -> list[Descriptor]:
+    """Write the DVs of `bitmaps` (row positions each) to one new DV file of the table at `location`
+    (in its folder `prefix`, if one is given): a descriptor for each."""
+    file_id = uuid.uuid4()
+    descriptors, parts, at = [], [bytes([FILE_VERSION])], 1
+    for rows in bitmaps:
+        rows = positions(rows)
+        data = serialize(rows)
+        parts += [len(data).to_bytes(4, "big"), data, zlib.crc32(data).to_bytes(4, "big")]
+        descriptors.append(Descriptor("u", prefix + z85_encode(file_id.bytes), len(data), int(rows.size), at))
+        at += 8 + len(data)
+    if descriptors:
+        target = descriptors[0].file(location)
+        assert target is not None
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as f:
+            f.write(b"".join(parts))
+    return descriptors
+
+
+def inline(rows: Iterable[int] | npt.ArrayLike) -> Descriptor:
+    """The descriptor of a DV kept inline in the log: its bytes in Z85 (no file, no checksum)."""
+    rows = positions(rows)
+    data = serialize(rows)
+    return Descriptor("i", z85_encode(data), len(data), int(rows.size))
+
+
+def read(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Positions:
+    """The row positions the DV `descriptor` marks, in the table at `location`; its size, checksum
+    and cardinality checked."""
+    dv = descriptor if isinstance(descriptor, Descriptor) else Descriptor.from_dict(descriptor)
+    path = dv.file(location)
+    if path is None:
+        data = z85_decode(dv.path_or_inline_dv, dv.size_in_bytes)
+    else:
+        with open(path, "rb") as f:
+            if f.read(1) != bytes([FILE_VERSION]):
+                raise CorruptDeletionVector(f"{path} is not a version {FILE_VERSION} deletion vector file")
+            f.seek(dv.offset or 0)
+            head = f.read(4 + dv.size_in_bytes + 4)
+        size, data, crc = int.from_bytes(head[:4], "big"), head[4:-4], int.from_bytes(head[-4:], "big")
+        if size != dv.size_in_bytes or len(head) != 8 + size:
+            raise CorruptDeletionVector(f"{path} at {dv.offset} holds {size} bytes, not {dv.size_in_bytes}")
+        if zlib.crc32(data) != crc:
+            raise CorruptDeletionVector(f"{path} at {dv.offset}: the checksum does not match the bytes")
+    rows = deserialize(data)
+    if rows.size != dv.cardinality:
+        raise CorruptDeletionVector(f"a deletion vector marks {rows.size} rows, its descriptor says {dv.cardinality}")
+    return rows
+
+
+# -- the table's log -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A local table at one version, by its log: its protocol, its metadata and its live add actions
+    by path (each with its `deletionVector`, if any, as the log has it)."""
+
+    location: str
+    version: int
+    protocol: dict[str, Any]
+    metadata: dict[str, Any]
+    files: dict[str, dict[str, Any]]
+
+    @classmethod
+    def read(cls, location: str | Path, version: int | None = None) -> Snapshot:
+        """The table at `location` at `version` (its newest by default): the newest checkpoint at or
+        below it, then each commit after, a commit's removes before its adds (a commit may remove a
+        file's add with one DV and add it with another)."""
+        log = Path(location) / LOG
+        names = os.listdir(log)
+        commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n)))
+        if not commits:
+            raise FileNotFoundError(f"{log} holds no commit")
+        version = commits[-1] if version is None else version
+        start, parts = _checkpoint(log, names, version)
+        protocol: dict[str, Any] = {}
+        metadata: dict[str, Any] = {}
+        files: dict[str, dict[str, Any]] = {}
+        for kind, action in _checkpoint_actions(log, parts):
+            if kind == "add":
+                files[action["path"]] = action
+            elif kind == "metaData":
+                metadata = action
+            elif kind == "protocol":
+                protocol = action
+        for v in range(start + 1, version + 1):
+            actions = [json.loads(line) for line in (log / f"{v:020d}.json").read_text().splitlines() if line]
+            for action in actions:
+                if "remove" in action:
+                    files.pop(action["remove"]["path"], None)
+                protocol = action.get("protocol", protocol)
+                metadata = action.get("metaData", metadata)
+            files.update((a["add"]["path"], a["add"]) for a in actions if "add" in a)
+        return cls(str(location), version, protocol, metadata, files)
+
+    def deleted(self, path: str) -> Positions:
+        """The rows of the live file `path` its DV marks deleted (none without one)."""
+        dv = self.files[path].get("deletionVector")
+        return read(self.location, dv) if dv else np.empty(0, np.uint64)
+
+    def num_records(self, path: str) -> int:
+        """The rows of the data file `path`, deleted ones too: its `numRecords`, else its footer's count."""
+        stats = json.loads(self.files[path].get("stats") or "{}")
+        if "numRecords" in stats:
+            return int(stats["numRecords"])
+        import pyarrow.parquet as pq
+
+        return int(pq.read_metadata(_data_path(self.location, path)).num_rows)
+
+
+def _data_path(location: str | Path, path: str) -> Path:
+    parsed = urlparse(path)
+    place = unquote(parsed.path)
+    return Path(place) if os.path.isabs(place) else Path(location) / place
+
+
+_COMMIT = re.compile(r"(\d{20})\.json")
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
+_V2_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
+
+
+def _checkpoint(log: Path, names: list[str], version: int) -> tuple[int, list[str]]:
+    """The newest checkpoint at or below `version` (one file, or all the parts of a multi-part one):
+    its version and files, or -1 and none."""
+    found: dict[int, list[str]] = {}
+    for name in names:
+        if (m := _V2_CHECKPOINT.fullmatch(name)) and int(m.group(1)) <= version:
+            raise ValueError(f"{log / name} is a v2 checkpoint, which binlake does not read")
+        if (m := _CHECKPOINT.fullmatch(name)) and int(m.group(1)) <= version:
+            found.setdefault(int(m.group(1)), []).append(name)
+    complete = [v for v, files in found.items() if len(files) == int(_parts(files[0]) or 1)]
+    return (max(complete), sorted(found[max(complete)])) if complete else (-1, [])
+
+
+def _parts(name: str) -> str | None:
+    """How many parts the checkpoint file `name` is one of (None: a single file)."""
+    m = _CHECKPOINT.fullmatch(name)
+    return m.group(3) if m else None
+
+
+def _checkpoint_actions(log: Path, parts: list[str]) -> Iterable[tuple[str, dict[str, Any]]]:
+    import pyarrow.parquet as pq
+
+    for name in parts:
+        table = pq.read_table(log / name, columns=["add", "metaData", "protocol"])
+        for kind in ("add", "metaData", "protocol"):
+            for action in table.column(kind).to_pylist():
+                if action is not None:
+                    yield kind, _plain(action)
+
+
+_MAPS = frozenset({"partitionValues", "tags", "configuration", "options"})
+
+
+def _plain(value: Any) -> Any:
+    """A checkpoint's action as its commit's JSON has it: maps as objects, null fields left out,
+    statistics parsed by the checkpoint writer dropped (the JSON `stats` stays)."""
+    if not isinstance(value, dict):
+        return value
+    return {k: dict(v) if k in _MAPS else _plain(v) for k, v in value.items()
+            if v is not None and not k.endswith("_parsed")}
+
+
+# -- the commit ------------------------------------------------------------------------------------
+
+
+def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
+    """Write the Arrow table `rows` (the table's columns, by their names) as a new data file of the
+    table of `snapshot`, with its columns' physical names under column mapping: its add action, with
+    `numRecords`, null counts, and the least and greatest value of its integer and short string
+    columns (other columns have none: no file is skipped on them)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = json.loads(snapshot.metadata["schemaString"])
+    physical = {f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
+                for f in schema["fields"]}
+    if any(pa.types.is_nested(t) for t in rows.schema.types) and any(k != v for k, v in physical.items()):
+        raise ValueError("a nested column under column mapping needs its nested physical names, not written here")
+    rows = rows.rename_columns([physical[n] for n in rows.column_names])
+    stats: dict[str, Any] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
+    for name, column in zip(rows.column_names, rows.columns):
+        stats["nullCount"][name] = column.null_count
+        kind = column.type
+        if rows.num_rows > column.null_count and (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+            least, greatest = pc.min_max(column).values()
+            if not pa.types.is_string(kind) or max(len(least.as_py()), len(greatest.as_py())) <= 32:
+                stats["minValues"][name], stats["maxValues"][name] = least.as_py(), greatest.as_py()
+    path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    target = Path(snapshot.location) / path
+    pq.write_table(rows, target, compression="snappy")
+    return {"path": path, "partitionValues": {}, "size": target.stat().st_size,
+            "modificationTime": int(target.stat().st_mtime * 1000), "dataChange": True, "stats": json.dumps(stats)}
+
+
+def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.ArrayLike],
+           adds: Sequence[Mapping[str, Any]] = (), operation: str = "MERGE",
+           parameters: Mapping[str, str] | None = None, inline_dvs: bool = False, prefix: str = "") -> int:
+    """Commit, on the table of `snapshot`, the rows `deletions` marks in each of its live files (by
+    path: row positions) and the new data files `adds` (their add actions, files already written):
+    one transaction, the version after `snapshot`'s or, past commits of others that touch none of
+    these files, a later one. Its version.
+
+    A file's new marks are united with those of its DV; a file all of whose rows are then marked is
+    removed, with no add; a file whose marks change nothing is left as it is. The new DVs go to one
+    DV file (in the table's folder `prefix`, when given), or with `inline_dvs` into the log itself.
+    Nothing to commit, nothing committed: `snapshot`'s version. Raises CommitConflict (nothing
+    committed) when another commit removed a marked file or changed the table's metadata or protocol."""
+    _check_writable(snapshot)
+    removes, readds, bitmaps, marked = [], [], [], 0
+    now = int(time.time() * 1000)
+    for path, new in deletions.items():
+        add = snapshot.files.get(path)
+        if add is None:
+            raise CommitConflict(f"deletion vectors: {path} is not a live file of {snapshot.location} at "
+                                 f"version {snapshot.version}")
+        new = positions(new)
+        records = snapshot.num_records(path)
+        if new.size and new[-1] >= records:
+            raise ValueError(f"row {int(new[-1])} is past the {records} rows of {path}")
+        old = snapshot.deleted(path)
+        rows = positions(np.concatenate([old, new]))
+        if rows.size == old.size:
+            continue
+        marked += int(rows.size - old.size)
+        removes.append(_remove(add, now))
+        if rows.size < records:
+            stats = {**json.loads(add.get("stats") or "{}"), "numRecords": records, "tightBounds": False}
+            readds.append({**add, "dataChange": True, "stats": json.dumps(stats)})
+            bitmaps.append(rows)
+    if not removes and not adds:
+        return snapshot.version
+    stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix)
+    for readd, dv in zip(readds, stored):
+        readd["deletionVector"] = dv.to_dict()
+    info = {"timestamp": now, "operation": operation, "operationParameters": dict(parameters or {}),
+            "readVersion": snapshot.version, "isolationLevel": "Serializable", "isBlindAppend": not removes,
+            "operationMetrics": {"numDeletionVectorsAdded": str(len(readds)),
+                                 "numDeletionVectorsRemoved": str(sum("deletionVector" in r for r in removes)),
+                                 "numRemovedFiles": str(len(removes) - len(readds)), "numAddedFiles": str(len(adds)),
+                                 "numDeletedRows": str(marked)},
+            "engineInfo": "binlake", "txnId": str(uuid.uuid4())}
+    actions = [{"commitInfo": info}, *({"remove": r} for r in removes), *({"add": a} for a in readds),
+               *({"add": dict(a)} for a in adds)]
+    version = _put(snapshot, "".join(json.dumps(a) + "\n" for a in actions), {r["path"] for r in removes})
+    # a writer checkpoints at the versions the table's interval names (delta-rs keeps the DVs in it)
+    if version % int(snapshot.metadata.get("configuration", {}).get("delta.checkpointInterval", "10")) == 0:
+        from deltalake import DeltaTable
+
+        DeltaTable(snapshot.location).create_checkpoint()
+    return version
+
+
+def _check_writable(snapshot: Snapshot) -> None:
+    features = set(snapshot.protocol.get("writerFeatures") or [])
+    if "deletionVectors" not in features or not features <= WRITER_FEATURES:
+        raise ValueError(f"{snapshot.location}: deletion vectors are written here to a table whose writer features "
+                         f"include deletionVectors and are among {sorted(WRITER_FEATURES)}, not {sorted(features)}")
+    if snapshot.metadata.get("configuration", {}).get("delta.enableDeletionVectors") != "true":
+        raise ValueError(f"{snapshot.location}: delta.enableDeletionVectors is not 'true', so no DV may be written "
+                         f"(ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true'))")
+    if snapshot.metadata.get("partitionColumns"):
+        raise ValueError(f"{snapshot.location}: a partitioned table is not written here")
+
+
+def _remove(add: Mapping[str, Any], now: int) -> dict[str, Any]:
+    """The remove action of the live `add`, as Spark writes one (its DV and its row count kept)."""
+    remove = {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+              "partitionValues": add.get("partitionValues", {}), "size": add["size"]}
+    for key in ("tags", "deletionVector", "baseRowId", "defaultRowCommitVersion"):
+        if add.get(key) is not None:
+            remove[key] = add[key]
+    records = json.loads(add.get("stats") or "{}").get("numRecords")
+    return remove if records is None else {**remove, "stats": json.dumps({"numRecords": records})}
+
+
+def _put(snapshot: Snapshot, text: str, removed: set[str]) -> int:
+    """Link the commit `text` in as the first free version after `snapshot`'s, checking each commit
+    found in the way for a conflict with the files it removes."""
+    log = Path(snapshot.location) / LOG
+    staged = log / f".{uuid.uuid4()}.tmp"
+    staged.write_text(text)
+    try:
+        version = snapshot.version + 1
+        while True:
+            try:
+                os.link(staged, log / f"{version:020d}.json")
+                return version
+            except FileExistsError:
+                _check_winner(log, version, removed)
+                version += 1
+    finally:
+        staged.unlink()
+
+
+def _check_winner(log: Path, version: int, removed: set[str]) -> None:
+    for line in (log / f"{version:020d}.json").read_text().splitlines():
+        action = json.loads(line) if line else {}
+        if "metaData" in action or "protocol" in action:
+            raise CommitConflict(f"deletion vectors: version {version} of {log.parent} changed its metadata or "
+                                 f"protocol since the version the marks were planned on; plan them again")
+        gone = action.get("remove", {}).get("path")
+        if gone in removed:
+            raise CommitConflict(f"deletion vectors: version {version} of {log.parent} removed {gone}, a file "
+                                 f"whose rows were to be marked; plan the marks again")
