@@ -111,6 +111,10 @@ class Metrics:
         self.heartbeat = Gauge("binlake_stream_heartbeat_timestamp_seconds", "When the stream last recorded where "
                                "it stands with no change to land (Unix seconds; stream.heartbeat-seconds)",
                                registry=r)
+        self.compactions = Counter("binlake_compaction_steps", "Compaction steps taken by this process, by table "
+                                   "and side (bronze, silver)", ["table", "side"], registry=r)
+        self.last_compaction = Gauge("binlake_last_compaction_timestamp_seconds", "When a table's last compaction "
+                                     "step committed (Unix seconds)", ["table", "side"], registry=r)
         self.errors = Counter("binlake_errors", "Errors met by this process, by kind: the one that ended it and "
                               "those it recovered from", ["kind"], registry=r)
         self.last_error = Gauge("binlake_last_error_timestamp_seconds", "When the last error was met (Unix "
@@ -164,6 +168,12 @@ def batch(changes: dict[str, int], began: float) -> None:
     _metrics.batch_rows.observe(sum(changes.values()))
     _metrics.last_batch.set(now)
     _metrics.behind.landed(now - seconds)
+
+
+def compacted(table: str, side: str, at: float) -> None:
+    """A compaction step of `table`'s `side` (bronze, silver) committed at `at` (Unix seconds)."""
+    _metrics.compactions.labels(table=table, side=side).inc()
+    _metrics.last_compaction.labels(table=table, side=side).set(at)
 
 
 def heartbeat(at: float, caught_up: bool) -> None:

@@ -28,6 +28,7 @@ from binlake.errors import RuntimeFailure
 from binlake.lake import arrow_commit, bronze, silver
 from binlake.lake.checkpoint import write_progress
 from binlake.lake.evolution import Version
+from binlake.lake.compaction import Compaction
 from binlake.lake.evolve import apply_batch
 from binlake.lake.key_index import KeyIndex
 from binlake.lake.marked_merge import apply_marked
@@ -50,6 +51,7 @@ class MicroBatch:
         # none in a bronze this process's snapshot created
         self.held: dict[str, Any] = dict.fromkeys(ctx.take_changeless())
         self.indexes: dict[str, KeyIndex] = {}  # per table: where silver's keys live, for marked batches
+        self.compaction = Compaction.of(ctx.cfg, ctx.target)
 
     def __call__(self, whole: Any, batch_id: int) -> None:
         if stop.asked():
@@ -68,7 +70,9 @@ class MicroBatch:
             read_s = time.monotonic() - began
 
             def land(row: Any) -> tuple[float, float]:
-                return self.land(batch, row, batch_id)
+                took = self.land(batch, row, batch_id)
+                self.compact(row["_table"])
+                return took
 
             # Tables are independent (each its own bronze and silver, each write idempotent), so a
             # batch lands several at once: a Delta commit keeps the driver busy in short bursts, and
@@ -149,6 +153,13 @@ class MicroBatch:
         if not marked:
             silver.apply_arrow(into_silver, schema, changes, inserts_only=not row["others"], shape=shape)
         return bronze_s, time.monotonic() - t - bronze_s
+
+    def compact(self, name: str) -> None:
+        """A compaction step of the table's bronze and silver, when one is due (binlake.lake.compaction),
+        in the thread that landed its share of the batch: no other writes the table meanwhile."""
+        schema = self.history[name][-1].schema
+        for side, step in self.compaction.after_batch(schema, self.index(schema)).items():
+            metrics.compacted(name, side, step.at)
 
     def index(self, schema: TableSchema) -> KeyIndex | None:
         """The key index of `schema`'s silver table (binlake.lake.key_index), kept from batch to batch

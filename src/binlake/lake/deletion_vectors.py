@@ -456,7 +456,8 @@ def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
 
 def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.ArrayLike],
            adds: Sequence[Mapping[str, Any]] = (), operation: str = "MERGE",
-           parameters: Mapping[str, str] | None = None, inline_dvs: bool = False, prefix: str = "") -> int:
+           parameters: Mapping[str, Any] | None = None, inline_dvs: bool = False, prefix: str = "",
+           data_change: bool = True) -> int:
     """Commit, on the table of `snapshot`, the rows `deletions` marks in each of its live files (by
     path: row positions) and the new data files `adds` (their add actions, files already written):
     one transaction, the version after `snapshot`'s or, past commits of others that touch none of
@@ -465,9 +466,9 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
     A file's new marks are united with those of its DV; a file all of whose rows are then marked is
     removed, with no add; a file whose marks change nothing is left as it is. The new DVs go to one
     DV file (in the table's folder `prefix`, when given), or with `inline_dvs` into the log itself.
-    Nothing to commit, nothing committed: `snapshot`'s version. Raises CommitConflict (nothing
+    Nothing to commit, nothing committed: `snapshot`'s version. `data_change` False says the commit
+    changes no row's value, as compaction's (Delta's `dataChange`: a reader of changes passes it over). Raises CommitConflict (nothing
     committed) when another commit removed a marked file or changed the table's metadata or protocol."""
-    _check_writable(snapshot)
     removes, readds, bitmaps, marked = [], [], [], 0
     now = int(time.time() * 1000)
     for path, new in deletions.items():
@@ -484,13 +485,14 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
         if rows.size == old.size:
             continue
         marked += int(rows.size - old.size)
-        removes.append(_remove(add, now))
+        removes.append({**_remove(add, now), "dataChange": data_change})
         if rows.size < records:
             stats = {**json.loads(add.get("stats") or "{}"), "numRecords": records, "tightBounds": False}
-            readds.append({**add, "dataChange": True, "stats": json.dumps(stats)})
+            readds.append({**add, "dataChange": data_change, "stats": json.dumps(stats)})
             bitmaps.append(rows)
     if not removes and not adds:
         return snapshot.version
+    _check_writable(snapshot, with_dvs=bool(readds))
     stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix)
     for readd, dv in zip(readds, stored):
         readd["deletionVector"] = dv.to_dict()
@@ -502,7 +504,7 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
                                  "numDeletedRows": str(marked)},
             "engineInfo": "binlake", "txnId": str(uuid.uuid4())}
     actions = [{"commitInfo": info}, *({"remove": r} for r in removes), *({"add": a} for a in readds),
-               *({"add": dict(a)} for a in adds)]
+               *({"add": {**a, "dataChange": data_change}} for a in adds)]
     version = _put(snapshot, "".join(json.dumps(a) + "\n" for a in actions), {r["path"] for r in removes})
     # a writer checkpoints at the versions the table's interval names (delta-rs keeps the DVs in it)
     if version % int(snapshot.metadata.get("configuration", {}).get("delta.checkpointInterval", "10")) == 0:
@@ -512,12 +514,18 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
     return version
 
 
-def _check_writable(snapshot: Snapshot) -> None:
+def _check_writable(snapshot: Snapshot, with_dvs: bool) -> None:
+    """ValueError unless this module writes the table of `snapshot` correctly: its writer features
+    among WRITER_FEATURES, and deletion vectors enabled when the commit writes any (`with_dvs`; a
+    commit that removes whole files and adds new ones, as compaction's, needs none)."""
     features = set(snapshot.protocol.get("writerFeatures") or [])
-    if "deletionVectors" not in features or not features <= WRITER_FEATURES:
+    if not features <= WRITER_FEATURES:
+        raise ValueError(f"{snapshot.location}: binlake commits here to a table whose writer features are among "
+                         f"{sorted(WRITER_FEATURES)}, not {sorted(features)}")
+    if with_dvs and "deletionVectors" not in features:
         raise ValueError(f"{snapshot.location}: deletion vectors are written here to a table whose writer features "
                          f"include deletionVectors and are among {sorted(WRITER_FEATURES)}, not {sorted(features)}")
-    if snapshot.metadata.get("configuration", {}).get("delta.enableDeletionVectors") != "true":
+    if with_dvs and snapshot.metadata.get("configuration", {}).get("delta.enableDeletionVectors") != "true":
         raise ValueError(f"{snapshot.location}: delta.enableDeletionVectors is not 'true', so no DV may be written "
                          f"(ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true'))")
     if snapshot.metadata.get("partitionColumns"):

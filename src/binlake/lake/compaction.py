@@ -1,0 +1,257 @@
+"""Compaction of a local lake's tables while the stream runs: the small files the micro-batches add
+are merged into files of about `lake.file-size`, silver's in key order, one bounded step at a time
+between two micro-batches of the table.
+
+Bronze takes a file per batch (about 35,000 a day at one batch a second) and is only ever appended
+to, so its small files are merged as they are, in `_seq` order, and committed as Delta's OPTIMIZE is
+(`dataChange` false: no change for a reader of the table's changes; delta-rs's own compaction refuses
+tables with column mapping, as binlake's are). It runs
+once a table has `SMALL_FILES` small files, so each step reads about that many small files.
+
+Silver's marked batches (`binlake.lake.marked_merge`) each add a small file of new images at keys
+anywhere in the table and mark the old rows in the large files' deletion vectors, so over time the
+large files fill with marked rows and the small ones span every key, and a read filtered by key
+prunes less. A step takes one range of the key space -- one large file and the keys up to the next
+large file's first -- and writes it again whole: that file's live rows with every live row of the small
+files in the range, sorted by key, as new files of about `lake.file-size`; in the same commit it
+removes the large file and marks the rows it took in the small files, so a small file whose every row
+was taken leaves the table. Each step costs one large file, not the table; the range chosen is the
+one with the most rows to gain (marked rows dropped, small-file rows taken in). A table of small
+files alone is written again as one range.
+
+Steps are commits like any other: a crash leaves one whole or none, and files written for a step that
+did not commit are removed by retention (`binlake.lake.retention`). They run in the thread that lands
+the table's batches, so no batch is reordered or waits on another writer; the stream waits for at most
+one step of one table at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from binlake.config import Config
+from binlake.lake import arrow_commit, storage
+from binlake.lake.deletion_vectors import Snapshot, _data_path, commit, data_file
+from binlake.lake.key_index import KeyIndex, indexable
+from binlake.lake.storage import Location
+from binlake.lake.target import Target
+from binlake.schema import TableSchema
+
+log = logging.getLogger(__name__)
+
+# files smaller than this share of the target size are small
+SMALL_SHARE = 0.25
+# a table is compacted once it has this many small files
+SMALL_FILES = 16
+# or once a large file has this share of its rows marked
+MARKED_SHARE = 0.3
+# the record of each table's last steps, in the lake's `_binlake` folder
+RECORD = "compaction.json"
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one compaction step did, for the log, `binlake status` and the metrics."""
+
+    table: str
+    at: float
+    removed: int
+    added: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "files_removed": self.removed, "files_added": self.added, "seconds": self.seconds}
+
+
+def compact_bronze(location: str, file_size: int) -> Step | None:
+    """Merge the local bronze table's small files, once it has SMALL_FILES of them, into files of about
+    `file_size` in `_seq` order (`dataChange` false); None when there was nothing to do. delta-rs's
+    own compaction refuses a table with column mapping, as binlake's are."""
+    snapshot = Snapshot.read(location)
+    small = sorted(p for p, a in snapshot.files.items() if int(a.get("size") or 0) < SMALL_SHARE * file_size)
+    if len(small) < SMALL_FILES or not _flat(snapshot):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    began = time.monotonic()
+    rows = pa.concat_tables([_live_rows(snapshot, p, None) for p in small])
+    rows = rows.take(pc.sort_indices(rows, [("_seq", "ascending")]))
+    adds = _written(snapshot, rows, file_size)
+    marks = {p: np.arange(snapshot.num_records(p), dtype=np.int64) for p in small}
+    commit(snapshot, marks, adds, operation="OPTIMIZE", parameters={"predicate": "small files"}, data_change=False)
+    return Step(location, time.time(), len(small), len(adds), round(time.monotonic() - began, 3))
+
+
+def _flat(snapshot: Snapshot) -> bool:
+    """Whether the table's columns are all of simple types (a nested column's physical names under
+    column mapping are not written here: binlake.lake.deletion_vectors.data_file)."""
+    return all(isinstance(f["type"], str) for f in json.loads(snapshot.metadata["schemaString"])["fields"])
+
+
+def compact_silver(location: str, key: str, file_size: int, index: KeyIndex) -> Step | None:
+    """One step of the local silver table's compaction (see the module), `index` its key index, when
+    it is due; None otherwise."""
+    snapshot = Snapshot.read(location)
+    if not indexable(snapshot, [key]) or not _flat(snapshot):
+        return None
+    small = {p for p, a in snapshot.files.items() if int(a.get("size") or 0) < SMALL_SHARE * file_size}
+    heavy = [p for p in snapshot.files if p not in small and _marked_share(snapshot, p) >= MARKED_SHARE]
+    if len(small) < SMALL_FILES and not heavy:
+        return None
+    began = time.monotonic()
+    index.sync(snapshot)
+    large = sorted((p for p in snapshot.files if p not in small and index.files[p].keys.size),
+                   key=lambda p: index.files[p].keys[0])
+    small |= {p for p in snapshot.files if p not in small and not index.files[p].keys.size}
+    bounds = [index.files[p].keys[0] for p in large]
+    if not large:
+        chosen, lo, hi = None, None, None
+    else:
+        gains = [_gain(snapshot, index, small, p, lo, hi) for p, lo, hi in _ranges(large, bounds)]
+        at = int(np.argmax(gains))
+        chosen, lo, hi = _ranges(large, bounds)[at]
+    taken = {p: _in_range(index, p, lo, hi) for p in small}
+    taken = {p: rows for p, rows in taken.items() if rows.size}
+    parts = [_live_rows(snapshot, chosen, None)] if chosen is not None else []
+    parts += [_live_rows(snapshot, p, rows) for p, rows in taken.items()]
+    if not parts or (chosen is None and len(taken) < 2):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rows = pa.concat_tables(parts)
+    rows = rows.take(pc.sort_indices(rows, [(key, "ascending")]))
+    adds = _written(snapshot, rows, file_size)
+    marks = dict(taken)
+    if chosen is not None:
+        marks[chosen] = np.arange(snapshot.num_records(chosen), dtype=np.int64)
+    commit(snapshot, marks, adds, operation="OPTIMIZE", parameters={"predicate": f"key range of {key}"},
+           data_change=False)
+    removed = (1 if chosen is not None else 0) + sum(
+        1 for p, r in taken.items() if r.size + snapshot.deleted(p).size >= snapshot.num_records(p))
+    return Step(location, time.time(), removed, len(adds), round(time.monotonic() - began, 3))
+
+
+def _marked_share(snapshot: Snapshot, path: str) -> float:
+    dv = snapshot.files[path].get("deletionVector") or {}
+    return int(dv.get("cardinality") or 0) / max(1, snapshot.num_records(path))
+
+
+def _ranges(large: list[str], bounds: list[Any]) -> list[tuple[str, Any, Any]]:
+    """Each large file with its key range: from its least key (the first: from the least of all) to
+    the next one's least key (the last: to the greatest)."""
+    return [(p, None if i == 0 else bounds[i], bounds[i + 1] if i + 1 < len(large) else None)
+            for i, p in enumerate(large)]
+
+
+def _in_range(index: KeyIndex, path: str, lo: Any, hi: Any) -> Any:
+    """The live rows of `path` whose keys are in [lo, hi) (None: unbounded), by the index."""
+    f = index.files[path]
+    keys = f.keys
+    start = 0 if lo is None else int(np.searchsorted(keys, lo, side="left"))
+    stop = keys.size if hi is None else int(np.searchsorted(keys, hi, side="left"))
+    places = np.arange(start, stop)
+    places = places[f.live[start:stop]]
+    return (places if f.rows is None else f.rows[places]).astype(np.int64)
+
+
+def _gain(snapshot: Snapshot, index: KeyIndex, small: set[str], path: str, lo: Any, hi: Any) -> int:
+    """What rewriting the range of `path` gains: its marked rows dropped and the small files' rows taken."""
+    dv = snapshot.files[path].get("deletionVector") or {}
+    return int(dv.get("cardinality") or 0) + sum(int(_in_range(index, p, lo, hi).size) for p in small)
+
+
+def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
+    """The rows `rows` of the data file `path` (None: every live one), with the table's column names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fields = json.loads(snapshot.metadata["schemaString"])["fields"]
+    names = {str(f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])): f["name"] for f in fields}
+    table = pq.read_table(_data_path(snapshot.location, path), columns=list(names))
+    if rows is None:
+        keep = np.ones(table.num_rows, np.bool_)
+        keep[snapshot.deleted(path).astype(np.int64)] = False
+        table = table.filter(pa.array(keep))
+    else:
+        table = table.take(pa.array(rows, pa.int64()))
+    return table.rename_columns([names[n] for n in table.column_names])
+
+
+def _written(snapshot: Snapshot, rows: Any, file_size: int) -> list[dict[str, Any]]:
+    """`rows` written as data files of about `file_size` bytes each, in their order: their add actions."""
+    if rows.num_rows == 0:
+        return []
+    per_row = max(1, rows.nbytes // rows.num_rows)
+    step = max(1, int(file_size * 0.9) // per_row)  # Parquet is smaller than Arrow: files stay under the size
+    return [data_file(snapshot, rows.slice(at, step)) for at in range(0, rows.num_rows, step)]
+
+
+# seconds between two looks at whether a table's compaction is due
+LOOK_EVERY = 10.0
+
+
+class Compaction:
+    """The running stream's compaction (see the module): `after_batch` of a table, from the thread that
+    landed the table's batch, takes at most one step for its bronze and one for its silver, looking at
+    most every LOOK_EVERY seconds per table; each step is recorded (`last_steps`) for `binlake status`."""
+
+    def __init__(self, target: Target, on: bool, file_size: int, every: float = LOOK_EVERY) -> None:
+        self.target, self.on, self.file_size, self.every = target, on, file_size, every
+        self.looked: dict[str, float] = {}
+        self.lock = threading.Lock()  # the record is one file, and tables land on several threads
+
+    @classmethod
+    def of(cls, cfg: Config, target: Target) -> Compaction:
+        return cls(target, cfg.get("lake.compaction") == "on", int(cfg.get("lake.file-size")) * 1024 * 1024)
+
+    def after_batch(self, schema: TableSchema, index: KeyIndex | None) -> dict[str, Step]:
+        """A step for `schema`'s local bronze and silver when due, `index` silver's key index (None: a
+        key silver's compaction does not take): the steps taken, by side."""
+        name = schema.name
+        now = time.monotonic()
+        if not self.on or now - self.looked.get(name, -self.every) < self.every:
+            return {}
+        self.looked[name] = now
+        bronze, silver = self.target.bronze(name).location, self.target.silver(name).location
+        steps: dict[str, Step | None] = {}
+        if arrow_commit.local(bronze) and storage.has_commit(bronze):
+            steps["bronze"] = compact_bronze(bronze, self.file_size)
+        if index is not None and not schema.multiset and arrow_commit.local(silver) and storage.has_commit(silver):
+            steps["silver"] = compact_silver(silver, index.key, self.file_size, index)
+        taken = {side: step for side, step in steps.items() if step is not None}
+        for side, step in taken.items():
+            self._record(name, side, step)
+        return taken
+
+    def _record(self, name: str, side: str, step: Step) -> None:
+        log.info("%s: %s compacted, %d files into %d in %.1fs", name, side, step.removed, step.added, step.seconds)
+        with self.lock:
+            place = record_location(self.target)
+            try:
+                record = json.loads(place.read_text()) if place.exists() else {}
+            except ValueError:
+                record = {}
+            record.setdefault(name, {})[side] = step.to_dict()
+            place.write_text(json.dumps(record))
+
+
+def record_location(target: Target) -> Location:
+    """Where the lake records each table's last compaction step."""
+    return target.storage("/".join([str(target.root).rstrip("/"), "_binlake", RECORD]))
+
+
+def last_steps(target: Target) -> dict[str, dict[str, Any]]:
+    """Each table's last compaction steps, by source table and side (bronze, silver), as recorded."""
+    try:
+        return dict(json.loads(record_location(target).read_text()))
+    except (FileNotFoundError, ValueError):
+        return {}

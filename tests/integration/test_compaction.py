@@ -1,0 +1,125 @@
+"""Compaction of a local lake's tables (binlake.lake.compaction): silver after many marked batches
+comes back to few files in key order with every row as it was, read by Spark and by delta-rs, and each
+step commits whole or not at all (a kill in the middle of one); bronze's small files are merged, every
+change kept once."""
+
+from __future__ import annotations
+
+import json
+import os
+from decimal import Decimal
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from binlake.lake import arrow_commit, compaction, marked_merge, silver
+from binlake.lake.deletion_vectors import Snapshot
+from binlake.lake.key_index import KeyIndex
+
+from .test_marked_merge import NAMES, ROWS, SCHEMA, _batch, _changes, _delta_rs_rows, _spark_rows
+
+FILE_SIZE = 1024 * 1024  # the snapshot's file is large against it; a batch's file is small
+
+
+def _marked_silver(location: str, batches: int, monkeypatch: pytest.MonkeyPatch) -> dict[int, tuple[str, int]]:
+    monkeypatch.setattr(marked_merge, "MARK_FROM_BYTES", 1)
+    snapshot = _changes([(i, f"name {i}", 0, 1, "r") for i in range(ROWS)]).select(NAMES)
+    assert silver.insert_snapshot_arrow(SCHEMA, snapshot, location)
+    expected = {i: (f"name {i}", 0) for i in range(ROWS)}
+    index = KeyIndex("id")
+    for number in range(1, batches + 1):
+        assert marked_merge.apply_marked(location, SCHEMA, _changes(_batch(number, expected)), index)
+    return expected
+
+
+def _key_ranges(location: str) -> list[tuple[int, int]]:
+    """Each live file's least and greatest key, by reading it (live rows only)."""
+    index = KeyIndex("id")
+    index.sync(Snapshot.read(location))
+    return sorted((int(f.keys[f.live][0]), int(f.keys[f.live][-1])) for f in index.files.values() if f.live.any())
+
+
+def test_silver_comes_back_to_few_files_in_key_order(spark: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    location = str(tmp_path / "silver")
+    expected = _marked_silver(location, compaction.SMALL_FILES + 4, monkeypatch)
+    before = len(Snapshot.read(location).files)
+    assert before >= compaction.SMALL_FILES + 1
+    steps = []
+    index = KeyIndex("id")
+    while (step := compaction.compact_silver(location, "id", FILE_SIZE, index)) is not None:
+        steps.append(step)
+        assert len(steps) < 20, "compaction does not converge"
+    assert steps, "compaction never ran"
+    after = Snapshot.read(location)
+    assert len(after.files) < compaction.SMALL_FILES and len(after.files) < before
+    ranges = _key_ranges(location)
+    # the small files' rows went back into their key ranges: the files' ranges no longer overlap
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), ranges
+    assert _delta_rs_rows(location) == expected
+    assert _spark_rows(spark, location) == expected
+    ops = [json.loads(line).get("commitInfo", {}).get("operation") for f in
+           sorted((Path(location) / "_delta_log").glob("*.json")) for line in f.read_text().splitlines()]
+    assert ops.count("OPTIMIZE") == len(steps)
+
+
+KILLED_STEP = """
+import sys
+from binlake.lake import compaction
+from binlake.lake.key_index import KeyIndex
+import binlake.lake.deletion_vectors as dv
+real = dv._put
+def slow(*args, **kwargs):
+    print("writing", flush=True)
+    import time; time.sleep(30)
+    return real(*args, **kwargs)
+dv._put = slow  # the step's files are written; its commit waits to be killed
+compaction.compact_silver(sys.argv[1], "id", int(sys.argv[2]), KeyIndex("id"))
+"""
+
+
+def test_a_step_killed_before_its_commit_leaves_the_table_as_it_was(spark: Any, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    location = str(tmp_path / "silver")
+    expected = _marked_silver(location, compaction.SMALL_FILES + 1, monkeypatch)
+    version = Snapshot.read(location).version
+    step = subprocess.Popen([sys.executable, "-c", KILLED_STEP, location, str(FILE_SIZE)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ})
+    assert step.stdout is not None and step.stdout.readline().strip() == "writing"  # its new files are written
+    os.kill(step.pid, signal.SIGKILL)
+    step.wait()
+    assert Snapshot.read(location).version == version
+    assert _delta_rs_rows(location) == expected
+    assert compaction.compact_silver(location, "id", FILE_SIZE, KeyIndex("id")) is not None  # the next one runs
+    assert _spark_rows(spark, location) == expected
+
+
+def test_bronze_small_files_merge_in_seq_order(spark: Any, tmp_path: Path) -> None:
+    """A column-mapped table, as binlake's bronze is (delta-rs's own compaction refuses those)."""
+    from deltalake import DeltaTable, QueryBuilder
+    from pyspark.sql import types as T
+
+    location = str(tmp_path / "bronze")
+    struct = T.StructType([T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("a value", T.StringType())])
+    assert arrow_commit.create(location, struct, {"delta.columnMapping.mode": "name"})
+    batches = compaction.SMALL_FILES + 2
+    for batch in range(batches):
+        seqs = range(batch * 10, batch * 10 + 10)
+        arrow_commit.append(DeltaTable(location), pa.table({
+            "_seq": pa.array([Decimal(s) for s in seqs], pa.decimal128(38, 0)),
+            "a value": pa.array([f"v{s}" for s in seqs])}))
+    assert compaction.compact_bronze(str(location), FILE_SIZE) is not None
+    assert len(Snapshot.read(location).files) == 1
+    read = pa.table(QueryBuilder().register("b", DeltaTable(location)).execute('SELECT * FROM b').read_all())
+    assert [int(s) for s in read.column("_seq").to_pylist()] == list(range(batches * 10))  # in _seq order
+    by_spark = spark.read.format("delta").load(location).orderBy("_seq").collect()
+    assert [(int(r["_seq"]), r["a value"]) for r in by_spark] == [(s, f"v{s}") for s in range(batches * 10)]
+    infos = [json.loads(line)["commitInfo"] for f in sorted((Path(location) / "_delta_log").glob("*.json"))
+             for line in f.read_text().splitlines() if "commitInfo" in line]
+    assert infos[-1]["operation"] == "OPTIMIZE"
+    assert compaction.compact_bronze(location, FILE_SIZE) is None  # nothing left to do
