@@ -35,6 +35,7 @@ from binlake.config_values import (
     typed,
     written,
 )
+from binlake.duration import DURATION, OPTIONAL_DURATION
 from binlake.errors import ConfigError
 from binlake.source.tls import MODES as TLS_MODES
 from binlake.source.tls import Tls
@@ -50,6 +51,7 @@ SCHEMA_CHANGES = ("evolve", "lenient", "ignore", "fail")
 STARTUP_MODES = ("initial", "snapshot", "latest", "earliest", "specific", "timestamp")
 SILVER_DELETES = ("hard", "soft")
 SILVER_HISTORY = ("1", "2")
+COMPACTION = ("on", "off")
 
 
 # section -> key -> (declared type, default, description); see binlake.config_values
@@ -128,6 +130,17 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
                     "`1`: one row per key, its current state (SCD type 1); `2`: every version of each row, "
                     "from `__START_AT` (its change's `_seq`) to `__END_AT` (the next change's; NULL while "
                     "current), as Databricks AUTO CDC's SCD type 2"),
+    },
+    "lake": {
+        "retention": (OPTIONAL_DURATION, "7d", "how long a file stays on disk after it left a table (bronze, silver, the "
+                      "split state), as Delta's VACUUM: time travel and a reader's scan within it keep working; "
+                      "`off`: nothing is removed, and disk grows with every MERGE"),
+        "retention-interval": (DURATION, "1h", "how often the running stream removes each table's expired files, "
+                               "one table between two micro-batches"),
+        "compaction": (choice(*COMPACTION), "on", "`on`: the running stream merges a local table's small files "
+                       "(bronze's, and silver's in key order) into files of about `lake.file-size`, a bounded step "
+                       "between two micro-batches of the table; `off`: never"),
+        "file-size": (WHOLE, 128, "MiB: the size compaction aims a file at"),
     },
     "metrics": {
         "port": (WHOLE, 0, "port on which `binlake run` and `binlake stream` serve their metrics in Prometheus's text "
