@@ -7,18 +7,23 @@ The baseline, taken in the same run on the same server, is reading every table w
 connection (`SELECT *` each, mysqlclient): what the rows cost without binlake. After the timed run,
 the writer stops and a second `run --until-caught-up` streams what it wrote meanwhile; then every
 silver table is compared with its source table (delta-rs reads silver), and the count that differ is
-reported: 0 is the only good figure.
+reported: 0 is the only good figure. Last, `binlake status --json` is timed as an operator runs it (a
+process of its own, the source up) over those tables, and each table's `rows` in its report is compared
+with the source's count: 0 differing is again the only good figure.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import harness
-from harness import WORK, rate, run_cli
+from harness import ROOT, WORK, rate, run_cli
 
 DATABASE = "many"
 COLUMNS = "id INT NOT NULL PRIMARY KEY, qty INT, name VARCHAR(40), at DATETIME(3), price DECIMAL(12,2)"
@@ -107,6 +112,29 @@ def differing(source: harness.Source, lake: Any, tables: int) -> list[str]:
     return bad
 
 
+def source_counts(source: harness.Source, tables: int) -> dict[str, int]:
+    """Each table's rows, by `binlake status`'s name for it."""
+    with source.connect(DATABASE) as conn, conn.cursor() as cur:
+        counts = {}
+        for t in range(tables):
+            cur.execute(f"SELECT COUNT(*) FROM t{t:05d}")
+            counts[f"{DATABASE}.t{t:05d}"] = int(cur.fetchone()[0])
+        return counts
+
+
+def timed_status(cfg: Path, log: Path) -> tuple[float, dict[str, Any]]:
+    """`binlake status --json`, in a process of its own as an operator runs it: its seconds and its report."""
+    began = time.monotonic()
+    done = subprocess.run([*harness.BINLAKE, "status", "--json", "-c", str(cfg)], cwd=ROOT, env=harness.cli_env(),
+                          capture_output=True, text=True, timeout=3600, check=False)
+    took = time.monotonic() - began
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+        raise RuntimeError(f"binlake status --json exited {done.returncode}; log {log}:\n{tail}")
+    return took, json.loads(done.stdout)
+
+
 def measure(server: str, tables: int, rows: int) -> dict[str, Any]:
     source = harness.start_source(server, "bench-many")
     try:
@@ -125,6 +153,9 @@ def measure(server: str, tables: int, rows: int) -> dict[str, Any]:
             raise RuntimeError(f"the writer failed: {writer.error}")
         catch_up = run_cli(["run", "--until-caught-up", "-c", str(cfg)], WORK / f"many-{server}" / "catchup.log").check()
         bad = differing(source, lake, tables)
+        status_s, report = timed_status(cfg, WORK / f"many-{server}" / "status.log")
+        counted = {t["source"]: t["rows"] for t in report["tables"]}
+        miscounted = sorted(n for n, c in source_counts(source, tables).items() if counted.get(n) != c)
         return {
             "server": source.version(),
             "tables": tables,
@@ -141,6 +172,9 @@ def measure(server: str, tables: int, rows: int) -> dict[str, Any]:
             "peak_rss_mb": run.peak_rss_mb,
             "silver_tables_differing": len(bad),
             "differing_examples": bad[:5],
+            "status_s": round(status_s, 1),
+            "status_rows_differing": len(miscounted),
+            "status_differing_examples": miscounted[:5],
         }
     finally:
         harness.stop_source(source)
@@ -153,6 +187,8 @@ def run(tables: int, rows: int, servers: tuple[str, ...] = ("mariadb", "mysql"))
         out[server] = measure(server, tables, rows)
         out[f"{server}_run_s"] = out[server]["run_s"]
         out[f"{server}_seconds_per_table"] = out[server]["seconds_per_table"]
+        out[f"{server}_status_s"] = out[server]["status_s"]
     out["silver_tables_differing"] = sum(out[s]["silver_tables_differing"] for s in servers)
+    out["status_rows_differing"] = sum(out[s]["status_rows_differing"] for s in servers)
     out["section_s"] = round(time.monotonic() - began, 1)
     return out

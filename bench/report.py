@@ -23,6 +23,10 @@ TARGETS = [
     ("many-tables", "mariadb_seconds_per_table", "<=", 0.6, "run --until-caught-up of small tables, MariaDB: s per table"),
     ("many-tables", "mysql_seconds_per_table", "<=", 0.6, "run --until-caught-up of small tables, MySQL: s per table"),
     ("many-tables", "silver_tables_differing", "<=", 0, "silver tables that differ from their source afterwards"),
+    # issue 51: an operator's look at 1,000 tables answers in seconds
+    ("many-tables", "mariadb_status_s", "<=", 10, "status --json over those tables, MariaDB: seconds"),
+    ("many-tables", "mysql_status_s", "<=", 10, "status --json over those tables, MySQL: seconds"),
+    ("many-tables", "status_rows_differing", "<=", 0, "tables whose rows in status --json differ from the source's count"),
 ]
 
 # issue 52: a lake left running (bench/steady.py), each figure on both servers
@@ -174,14 +178,16 @@ def write_report(results: dict[str, Any], path: Path, chart: str | None) -> None
     if mt:
         lines += ["", "## Many tables (`run --until-caught-up`, one writer)", "",
                   "| server | tables x rows | run s | s per table | one connection reading every table s | "
-                  "ratio | writer changes | catch-up s | silver tables differing |", "|---|---|---|---|---|---|---|---|---|"]
+                  "ratio | writer changes | catch-up s | silver tables differing | status --json s | "
+                  "status rows differing |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for server in ("mariadb", "mysql"):
             m = mt.get(server)
             if isinstance(m, dict) and "run_s" in m:
                 lines.append(f"| {m['server']} | {_n(m['tables'])} x {_n(m['rows_per_table'])} | {_n(m['run_s'], 1)} | "
                              f"{_n(m['seconds_per_table'], 3)} | {_n(m['baseline_scan_s'], 2)} | "
                              f"{_n(m['ratio_to_scan'], 5)} | {_n(m['writer_changes'])} | {_n(m['catch_up_s'], 1)} | "
-                             f"{_n(m['silver_tables_differing'])} |")
+                             f"{_n(m['silver_tables_differing'])} | {_n(m.get('status_s'), 1)} | "
+                             f"{_n(m.get('status_rows_differing'))} |")
     lines += _steady_lines([results[k] for k in ("steady", "steady-mysql", "steady-large") if k in results])
     sections = [k for k in results if k not in ("meta", "targets", "figures")]
     lines += ["", "## Sections", "", "| section | measured at | seconds |", "|---|---|---|"]
