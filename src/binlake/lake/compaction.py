@@ -3,20 +3,21 @@ are merged into files of about `lake.file-size`, silver's in key order, one boun
 between two micro-batches of the table.
 
 Bronze takes a file per batch (about 35,000 a day at one batch a second) and is only ever appended
-to, so its small files are merged as they are, in `_seq` order, and committed as Delta's OPTIMIZE is
+to, so its small files are merged as they are, a tier of files of about one size at a time (see
+`_crowded_tier`), in `_seq` order, and committed as Delta's OPTIMIZE is
 (`dataChange` false: no change for a reader of the table's changes; delta-rs's own compaction refuses
-tables with column mapping, as binlake's are). It runs
-once a table has `SMALL_FILES` small files, so each step reads about that many small files.
+tables with column mapping, as binlake's are). 
 
 Silver's marked batches (`binlake.lake.marked_merge`) each add a small file of new images at keys
 anywhere in the table and mark the old rows in the large files' deletion vectors, so over time the
 large files fill with marked rows and the small ones span every key, and a read filtered by key
-prunes less. A step takes one range of the key space -- one large file and the keys up to the next
-large file's first -- and writes it again whole: that file's live rows with every live row of the small
-files in the range, sorted by key, as new files of about `lake.file-size`; in the same commit it
-removes the large file and marks the rows it took in the small files, so a small file whose every row
-was taken leaves the table. Each step costs one large file, not the table; the range chosen is the
-one with the most rows to gain (marked rows dropped, small-file rows taken in). A table of small
+prunes less. A step takes one range of the key space -- a run of large
+files in key order of at most a quarter of `lake.file-size`, and the keys up to the next run's first
+-- and writes it again whole: those files' live rows with every live row of the small files in the
+range, sorted by key, as new files of about `lake.file-size`; in the same commit it removes the large
+files and marks the rows it took in the small files, so a small file whose every row was taken leaves
+the table once each range has had its step. Each step costs a quarter of the file size, not the table;
+the range chosen is the one with the most rows to gain (marked rows dropped, small-file rows taken in). A table of small
 files alone is written again as one range.
 
 Steps are commits like any other: a crash leaves one whole or none, and files written for a step that
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -46,10 +48,12 @@ from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
-# files smaller than this share of the target size are small
+# a silver file smaller than this share of the target size, and than the largest file over SMALL_FILES, is small
 SMALL_SHARE = 0.25
-# a table is compacted once it has this many small files
-SMALL_FILES = 16
+# a table is compacted once it has this many small files (silver), or a tier this many (bronze)
+SMALL_FILES = 8
+# the bytes below which a bronze file is in the lowest tier
+TIER_BASE = 64 * 1024
 # or once a large file has this share of its rows marked
 MARKED_SHARE = 0.3
 # the record of each table's last steps, in the lake's `_binlake` folder
@@ -75,19 +79,33 @@ def compact_bronze(location: str, file_size: int) -> Step | None:
     `file_size` in `_seq` order (`dataChange` false); None when there was nothing to do. delta-rs's
     own compaction refuses a table with column mapping, as binlake's are."""
     snapshot = Snapshot.read(location)
-    small = sorted(p for p, a in snapshot.files.items() if int(a.get("size") or 0) < SMALL_SHARE * file_size)
-    if len(small) < SMALL_FILES or not _flat(snapshot):
+    small = _crowded_tier({p: int(a.get("size") or 0) for p, a in snapshot.files.items()}, file_size)
+    if not small or not _flat(snapshot):
         return None
     import pyarrow as pa
     import pyarrow.compute as pc
 
     began = time.monotonic()
-    rows = pa.concat_tables([_live_rows(snapshot, p, None) for p in small])
+    rows = pa.concat_tables([_live_rows(snapshot, p, None) for p in small], promote_options="permissive")
     rows = rows.take(pc.sort_indices(rows, [("_seq", "ascending")]))
     adds = _written(snapshot, rows, file_size)
     marks = {p: np.arange(snapshot.num_records(p), dtype=np.int64) for p in small}
     commit(snapshot, marks, adds, operation="OPTIMIZE", parameters={"predicate": "small files"}, data_change=False)
     return Step(location, time.time(), len(small), len(adds), round(time.monotonic() - began, 3))
+
+
+def _crowded_tier(sizes: dict[str, int], file_size: int) -> list[str]:
+    """The files of the smallest tier holding SMALL_FILES or more, of those under `file_size`; none when
+    no tier is that full. A tier spans a factor of SMALL_FILES in size, so merging a full tier makes a
+    file of the next one up: each change is written again once per tier, a few times in all, and the
+    live files stay at most SMALL_FILES a tier."""
+    tiers: dict[int, list[str]] = {}
+    for path, size in sizes.items():
+        if size < file_size:
+            tier = int(math.log(max(size, TIER_BASE) / TIER_BASE, SMALL_FILES))
+            tiers.setdefault(tier, []).append(path)
+    full = [tier for tier, paths in tiers.items() if len(paths) >= SMALL_FILES]
+    return sorted(tiers[min(full)]) if full else []
 
 
 def _flat(snapshot: Snapshot) -> bool:
@@ -102,54 +120,55 @@ def compact_silver(location: str, key: str, file_size: int, index: KeyIndex) -> 
     snapshot = Snapshot.read(location)
     if not indexable(snapshot, [key]) or not _flat(snapshot):
         return None
-    small = {p for p, a in snapshot.files.items() if int(a.get("size") or 0) < SMALL_SHARE * file_size}
+    sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
+    below = min(SMALL_SHARE * file_size, max(sizes.values(), default=0) / SMALL_FILES)
+    small = {p for p, size in sizes.items() if size < below}
     heavy = [p for p in snapshot.files if p not in small and _marked_share(snapshot, p) >= MARKED_SHARE]
     if len(small) < SMALL_FILES and not heavy:
         return None
     began = time.monotonic()
     index.sync(snapshot)
-    large = sorted((p for p in snapshot.files if p not in small and index.files[p].keys.size),
-                   key=lambda p: index.files[p].keys[0])
-    small |= {p for p in snapshot.files if p not in small and not index.files[p].keys.size}
-    bounds = [index.files[p].keys[0] for p in large]
-    if not large:
-        chosen, lo, hi = None, None, None
-    else:
-        gains = [_gain(snapshot, index, small, p, lo, hi) for p, lo, hi in _ranges(large, bounds)]
-        at = int(np.argmax(gains))
-        chosen, lo, hi = _ranges(large, bounds)[at]
+    small |= {p for p in snapshot.files if not index.files[p].keys.size}
+    ranges = _ranges(index, [p for p in snapshot.files if p not in small], sizes, SMALL_SHARE * file_size)
+    files, lo, hi = max(ranges, key=lambda r: _gain(snapshot, index, small, *r)) if ranges else ([], None, None)
     taken = {p: _in_range(index, p, lo, hi) for p in small}
     taken = {p: rows for p, rows in taken.items() if rows.size}
-    parts = [_live_rows(snapshot, chosen, None)] if chosen is not None else []
-    parts += [_live_rows(snapshot, p, rows) for p, rows in taken.items()]
-    if not parts or (chosen is None and len(taken) < 2):
+    if not files and len(taken) < 2:
         return None
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = pa.concat_tables(parts)
+    parts = [_live_rows(snapshot, p, None) for p in files] + [_live_rows(snapshot, p, r) for p, r in taken.items()]
+    rows = pa.concat_tables(parts, promote_options="permissive")
     rows = rows.take(pc.sort_indices(rows, [(key, "ascending")]))
     adds = _written(snapshot, rows, file_size)
-    marks = dict(taken)
-    if chosen is not None:
-        marks[chosen] = np.arange(snapshot.num_records(chosen), dtype=np.int64)
+    marks = {**taken, **{p: np.arange(snapshot.num_records(p), dtype=np.int64) for p in files}}
     commit(snapshot, marks, adds, operation="OPTIMIZE", parameters={"predicate": f"key range of {key}"},
            data_change=False)
-    removed = (1 if chosen is not None else 0) + sum(
+    removed = len(files) + sum(
         1 for p, r in taken.items() if r.size + snapshot.deleted(p).size >= snapshot.num_records(p))
     return Step(location, time.time(), removed, len(adds), round(time.monotonic() - began, 3))
+
+
+def _ranges(index: KeyIndex, large: list[str], sizes: dict[str, int], most: float) -> list[tuple[list[str], Any, Any]]:
+    """The key ranges of a step: the large files in key order, grouped while a group holds at most `most`
+    bytes (one file at least), each group with its range, from its first file's least key (the first
+    group: from the least of all) to the next group's (the last: to the greatest)."""
+    ordered = sorted(large, key=lambda p: index.files[p].keys[0])
+    groups: list[list[str]] = []
+    for path in ordered:
+        if groups and sum(sizes[p] for p in groups[-1]) + sizes[path] <= most:
+            groups[-1].append(path)
+        else:
+            groups.append([path])
+    starts = [index.files[g[0]].keys[0] for g in groups]
+    return [(g, None if i == 0 else starts[i], starts[i + 1] if i + 1 < len(groups) else None)
+            for i, g in enumerate(groups)]
 
 
 def _marked_share(snapshot: Snapshot, path: str) -> float:
     dv = snapshot.files[path].get("deletionVector") or {}
     return int(dv.get("cardinality") or 0) / max(1, snapshot.num_records(path))
-
-
-def _ranges(large: list[str], bounds: list[Any]) -> list[tuple[str, Any, Any]]:
-    """Each large file with its key range: from its least key (the first: from the least of all) to
-    the next one's least key (the last: to the greatest)."""
-    return [(p, None if i == 0 else bounds[i], bounds[i + 1] if i + 1 < len(large) else None)
-            for i, p in enumerate(large)]
 
 
 def _in_range(index: KeyIndex, path: str, lo: Any, hi: Any) -> Any:
@@ -163,10 +182,10 @@ def _in_range(index: KeyIndex, path: str, lo: Any, hi: Any) -> Any:
     return (places if f.rows is None else f.rows[places]).astype(np.int64)
 
 
-def _gain(snapshot: Snapshot, index: KeyIndex, small: set[str], path: str, lo: Any, hi: Any) -> int:
-    """What rewriting the range of `path` gains: its marked rows dropped and the small files' rows taken."""
-    dv = snapshot.files[path].get("deletionVector") or {}
-    return int(dv.get("cardinality") or 0) + sum(int(_in_range(index, p, lo, hi).size) for p in small)
+def _gain(snapshot: Snapshot, index: KeyIndex, small: set[str], files: list[str], lo: Any, hi: Any) -> int:
+    """What rewriting a range gains: its files' marked rows dropped and the small files' rows taken in."""
+    marked = sum(int((snapshot.files[p].get("deletionVector") or {}).get("cardinality") or 0) for p in files)
+    return marked + sum(int(_in_range(index, p, lo, hi).size) for p in small)
 
 
 def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
@@ -176,7 +195,7 @@ def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
 
     fields = json.loads(snapshot.metadata["schemaString"])["fields"]
     names = {str(f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])): f["name"] for f in fields}
-    table = pq.read_table(_data_path(snapshot.location, path), columns=list(names))
+    table = _plain_types(pq.read_table(_data_path(snapshot.location, path), columns=list(names)))
     if rows is None:
         keep = np.ones(table.num_rows, np.bool_)
         keep[snapshot.deleted(path).astype(np.int64)] = False
@@ -184,6 +203,16 @@ def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
     else:
         table = table.take(pa.array(rows, pa.int64()))
     return table.rename_columns([names[n] for n in table.column_names])
+
+
+def _plain_types(table: Any) -> Any:
+    """`table` with view types (delta-rs writes strings and binaries as views) as their plain forms,
+    which Arrow's take and sort kernels all accept and every Delta reader reads the same."""
+    import pyarrow as pa
+
+    plain = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+    schema = pa.schema([f.with_type(plain.get(f.type, f.type)) for f in table.schema])
+    return table if schema == table.schema else table.cast(schema)
 
 
 def _written(snapshot: Snapshot, rows: Any, file_size: int) -> list[dict[str, Any]]:
@@ -196,7 +225,7 @@ def _written(snapshot: Snapshot, rows: Any, file_size: int) -> list[dict[str, An
 
 
 # seconds between two looks at whether a table's compaction is due
-LOOK_EVERY = 10.0
+LOOK_EVERY = 5.0
 
 
 class Compaction:
