@@ -1,5 +1,6 @@
 """`binlake status` with the source stopped: the lake's figures without a connection, the source named
-unreachable in one line (with the reason in JSON), exit code 0. With the source up, its head and lag."""
+unreachable in one line (with the reason in JSON), exit code 0. With the source up, its head and lag.
+On a local lake, silver's live rows, files and bytes read from the Delta log, with no JVM started."""
 
 from __future__ import annotations
 
