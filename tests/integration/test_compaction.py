@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 from binlake.lake import arrow_commit, compaction, marked_merge, silver
-from binlake.lake.deletion_vectors import Snapshot
+from binlake.lake.table_log import Snapshot
 from binlake.lake.key_index import KeyIndex
 
 from .test_marked_merge import NAMES, ROWS, SCHEMA, _batch, _changes, _delta_rs_rows, _spark_rows
@@ -47,9 +47,9 @@ def _key_ranges(location: str) -> list[tuple[int, int]]:
 def test_silver_comes_back_to_few_files_in_key_order(spark: Any, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     location = str(tmp_path / "silver")
-    expected = _marked_silver(location, compaction.SMALL_FILES + 4, monkeypatch)
+    expected = _marked_silver(location, compaction.SILVER_SMALL_FILES + 4, monkeypatch)
     before = len(Snapshot.read(location).files)
-    assert before >= compaction.SMALL_FILES + 1
+    assert before >= compaction.SILVER_SMALL_FILES + 1
     steps = []
     index = KeyIndex("id")
     while (step := compaction.compact_silver(location, "id", FILE_SIZE, index)) is not None:
@@ -57,7 +57,7 @@ def test_silver_comes_back_to_few_files_in_key_order(spark: Any, tmp_path: Path,
         assert len(steps) < 20, "compaction does not converge"
     assert steps, "compaction never ran"
     after = Snapshot.read(location)
-    assert len(after.files) < compaction.SMALL_FILES and len(after.files) < before
+    assert len(after.files) < compaction.SILVER_SMALL_FILES and len(after.files) < before
     ranges = _key_ranges(location)
     # the small files' rows went back into their key ranges: the files' ranges no longer overlap
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), ranges
@@ -72,7 +72,7 @@ KILLED_STEP = """
 import sys
 from binlake.lake import compaction
 from binlake.lake.key_index import KeyIndex
-import binlake.lake.deletion_vectors as dv
+import binlake.lake.delta_commit as dv
 real = dv._put
 def slow(*args, **kwargs):
     print("writing", flush=True)
@@ -86,7 +86,7 @@ compaction.compact_silver(sys.argv[1], "id", int(sys.argv[2]), KeyIndex("id"))
 def test_a_step_killed_before_its_commit_leaves_the_table_as_it_was(spark: Any, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     location = str(tmp_path / "silver")
-    expected = _marked_silver(location, compaction.SMALL_FILES + 1, monkeypatch)
+    expected = _marked_silver(location, compaction.SILVER_SMALL_FILES + 1, monkeypatch)
     version = Snapshot.read(location).version
     step = subprocess.Popen([sys.executable, "-c", KILLED_STEP, location, str(FILE_SIZE)], stdout=subprocess.PIPE,
                             text=True, env={**os.environ})

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from binlake.lake import delta_commit, table_log
 from binlake.lake import deletion_vectors as dv
 
 # -- the format, no Spark ---------------------------------------------------------------------------
@@ -120,14 +121,14 @@ def _delta_rs_rows(path: str) -> dict[int, str]:
     return dict(zip(rows.column("id").to_pylist(), rows.column("v").to_pylist()))
 
 
-def _file_ids(snapshot: dv.Snapshot, path: str) -> np.ndarray:
+def _file_ids(snapshot: table_log.Snapshot, path: str) -> np.ndarray:
     """The ids of the data file `path`, every row in the file's order (its first column is id)."""
     return pq.read_table(Path(snapshot.location) / path).column(0).to_numpy()
 
 
 def _arrow_rows(path: str) -> dict[int, str]:
     """The table read with pyarrow alone: each live file's rows, less those its DV marks."""
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     out: dict[int, str] = {}
     for name in snapshot.files:
         rows = pq.read_table(Path(path) / name)
@@ -147,7 +148,7 @@ def test_marks_and_new_rows_read_alike_everywhere(spark: Any, tmp_path: Path, ma
     path = _table(spark, tmp_path / "t", mapping=mapping)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id < 70000 AND (id % 10 = 3 OR id BETWEEN 20000 AND 30000)")
     before = {i: f"v{i}" for i in range(N) if not (i < 70_000 and (i % 10 == 3 or 20_000 <= i <= 30_000))}
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     assert len(snapshot.files) == 3
     sparks = {p: snapshot.deleted(p) for p, add in snapshot.files.items() if "deletionVector" in add}
     assert len(sparks) == 1 and len(next(iter(sparks.values()))) == N - len(before)
@@ -160,13 +161,13 @@ def test_marks_and_new_rows_read_alike_everywhere(spark: Any, tmp_path: Path, ma
         assert marks[name].max() > 2**16
     images = sorted(changed & {i for i in range(0, N, 14)}) + list(range(N, N + 50))  # updated, then new keys
     new = pa.table({"id": pa.array(images, pa.int64()), "v": [f"new{i}" for i in images]})
-    version = dv.commit(snapshot, marks, [dv.data_file(snapshot, new)], parameters={"predicate": "test"})
+    version = delta_commit.commit(snapshot, marks, [delta_commit.data_file(snapshot, new)], parameters={"predicate": "test"})
 
     expected = {i: v for i, v in before.items() if i not in changed} | {i: f"new{i}" for i in images}
     assert _spark_rows(spark, path) == expected
     assert _delta_rs_rows(path) == expected
     assert _arrow_rows(path) == expected
-    after = dv.Snapshot.read(path)
+    after = table_log.Snapshot.read(path)
     assert after.version == version == snapshot.version + 1
     for name, add in after.files.items():
         if name in marks:
@@ -184,7 +185,7 @@ def test_spark_run_containers_and_bitmaps_read_here(spark: Any, tmp_path: Path) 
     module writes byte for byte as Spark does)."""
     path = _table(spark, tmp_path / "t", rows=140_000, files=2, mapping=False)
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id BETWEEN 1000 AND 60000 OR (id >= 70000 AND id % 3 = 0)")
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     for name, add in snapshot.files.items():
         ids, rows = _file_ids(snapshot, name), snapshot.deleted(name)
         gone = ids[rows.astype(np.int64)]
@@ -200,11 +201,11 @@ def test_spark_run_containers_and_bitmaps_read_here(spark: Any, tmp_path: Path) 
 @pytest.mark.parametrize("where", ["file", "prefixed", "inline"])
 def test_each_place_of_a_dv_is_read_by_spark_and_delta_rs(spark: Any, tmp_path: Path, where: str) -> None:
     path = _table(spark, tmp_path / "t", rows=70_000, files=1, mapping=False)
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     (name,) = snapshot.files
-    dv.commit(snapshot, {name: range(0, 70_000, 3)}, inline_dvs=where == "inline",
+    delta_commit.commit(snapshot, {name: range(0, 70_000, 3)}, inline_dvs=where == "inline",
               prefix="ab" if where == "prefixed" else "")
-    add = dv.Snapshot.read(path).files[name]
+    add = table_log.Snapshot.read(path).files[name]
     assert add["deletionVector"]["storageType"] == ("i" if where == "inline" else "u")
     expected = {i: f"v{i}" for at, i in enumerate(_file_ids(snapshot, name).tolist()) if at % 3}
     assert _spark_rows(spark, path) == expected
@@ -213,11 +214,11 @@ def test_each_place_of_a_dv_is_read_by_spark_and_delta_rs(spark: Any, tmp_path: 
 
 def test_a_file_all_marked_is_removed_and_empty_marks_change_nothing(spark: Any, tmp_path: Path) -> None:
     path = _table(spark, tmp_path / "t", rows=1_000, files=2, mapping=False)
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     first, second = sorted(snapshot.files, key=lambda n: int(_file_ids(snapshot, n).min()))
-    assert dv.commit(snapshot, {first: [], second: []}) == snapshot.version  # nothing to commit
-    dv.commit(snapshot, {first: range(len(_file_ids(snapshot, first))), second: []})
-    after = dv.Snapshot.read(path)
+    assert delta_commit.commit(snapshot, {first: [], second: []}) == snapshot.version  # nothing to commit
+    delta_commit.commit(snapshot, {first: range(len(_file_ids(snapshot, first))), second: []})
+    after = table_log.Snapshot.read(path)
     assert list(after.files) == [second] and "deletionVector" not in after.files[second]
     assert _spark_rows(spark, path) == {i: f"v{i}" for i in _file_ids(snapshot, second).tolist()}
 
@@ -226,13 +227,13 @@ def test_concurrent_commits(spark: Any, tmp_path: Path) -> None:
     """Two commits planned on the same version: the second lands after the first when they mark
     different files, and is refused when they mark the same one."""
     path = _table(spark, tmp_path / "t", rows=1_000, files=2, mapping=False)
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     first, second = sorted(snapshot.files)
-    assert dv.commit(snapshot, {first: [1]}) == snapshot.version + 1
-    assert dv.commit(snapshot, {second: [2]}) == snapshot.version + 2
-    with pytest.raises(dv.CommitConflict, match="removed"):
-        dv.commit(snapshot, {first: [3]})
-    assert dv.Snapshot.read(path).version == snapshot.version + 2
+    assert delta_commit.commit(snapshot, {first: [1]}) == snapshot.version + 1
+    assert delta_commit.commit(snapshot, {second: [2]}) == snapshot.version + 2
+    with pytest.raises(delta_commit.CommitConflict, match="removed"):
+        delta_commit.commit(snapshot, {first: [3]})
+    assert table_log.Snapshot.read(path).version == snapshot.version + 2
     assert len(_spark_rows(spark, path)) == 998
 
 
@@ -242,15 +243,15 @@ def test_delta_rs_and_spark_keep_working_on_the_table(spark: Any, tmp_path: Path
     from deltalake import DeltaTable
 
     path = _table(spark, tmp_path / "t", rows=1_000, files=2, mapping=False)
-    snapshot = dv.Snapshot.read(path)
+    snapshot = table_log.Snapshot.read(path)
     first, second = sorted(snapshot.files, key=lambda n: int(_file_ids(snapshot, n).min()))
-    dv.commit(snapshot, {first: [0, 1], second: [0]})
-    dv.commit(dv.Snapshot.read(path), {first: [2]})  # the first DV file is then used by `second` alone
+    delta_commit.commit(snapshot, {first: [0, 1], second: [0]})
+    delta_commit.commit(table_log.Snapshot.read(path), {first: [2]})  # the first DV file is then used by `second` alone
     expected = _spark_rows(spark, path)
     assert len(expected) == 996
-    marked = dv.Snapshot.read(path)
+    marked = table_log.Snapshot.read(path)
     DeltaTable(path).create_checkpoint()
-    assert dv.Snapshot.read(path).files == marked.files
+    assert table_log.Snapshot.read(path).files == marked.files
 
     def dv_files() -> list[str]:
         return sorted(p.name for p in Path(path).glob("deletion_vector_*.bin"))

@@ -17,7 +17,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from binlake.lake import arrow_commit, marked_merge, silver
-from binlake.lake.deletion_vectors import Snapshot
+from binlake.lake.table_log import Snapshot
 from binlake.lake.key_index import KeyIndex
 from binlake.schema import Column, TableSchema
 

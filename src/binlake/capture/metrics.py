@@ -115,6 +115,13 @@ class Metrics:
                                    "and side (bronze, silver)", ["table", "side"], registry=r)
         self.last_compaction = Gauge("binlake_last_compaction_timestamp_seconds", "When a table's last compaction "
                                      "step committed (Unix seconds)", ["table", "side"], registry=r)
+        self.live_files = Gauge("binlake_table_live_files", "A table's live data files at the last look of its "
+                                "compaction", ["table", "side"], registry=r)
+        self.live_bytes = Gauge("binlake_table_live_bytes", "A table's live data files' bytes at the last look of "
+                                "its compaction", ["table", "side"], registry=r)
+        self.waiting = Gauge("binlake_table_waiting_bytes", "Bytes on disk under a table that its current version "
+                             "does not hold, as its last retention pass left them (lake.retention)", ["location"],
+                             registry=r)
         self.errors = Counter("binlake_errors", "Errors met by this process, by kind: the one that ended it and "
                               "those it recovered from", ["kind"], registry=r)
         self.last_error = Gauge("binlake_last_error_timestamp_seconds", "When the last error was met (Unix "
@@ -174,6 +181,17 @@ def compacted(table: str, side: str, at: float) -> None:
     """A compaction step of `table`'s `side` (bronze, silver) committed at `at` (Unix seconds)."""
     _metrics.compactions.labels(table=table, side=side).inc()
     _metrics.last_compaction.labels(table=table, side=side).set(at)
+
+
+def live_files(table: str, side: str, files: int, size: int) -> None:
+    """`table`'s `side` (bronze, silver) has `files` live data files of `size` bytes."""
+    _metrics.live_files.labels(table=table, side=side).set(files)
+    _metrics.live_bytes.labels(table=table, side=side).set(size)
+
+
+def waiting(location: str, size: int) -> None:
+    """The table at `location` has `size` bytes waiting for retention after its last pass."""
+    _metrics.waiting.labels(location=location).set(size)
 
 
 def heartbeat(at: float, caught_up: bool) -> None:

@@ -160,6 +160,9 @@ class MicroBatch:
         schema = self.history[name][-1].schema
         for side, step in self.compaction.after_batch(schema, self.index(schema)).items():
             metrics.compacted(name, side, step.at)
+        for side in ("bronze", "silver"):
+            if (name, side) in self.compaction.live:
+                metrics.live_files(name, side, *self.compaction.live[(name, side)])
 
     def index(self, schema: TableSchema) -> KeyIndex | None:
         """The key index of `schema`'s silver table (binlake.lake.key_index), kept from batch to batch

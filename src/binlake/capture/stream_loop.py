@@ -41,6 +41,7 @@ from binlake.capture.context import Context
 from binlake.capture.micro_batch import MicroBatch
 from binlake.errors import BinlakeError, RuntimeFailure
 from binlake.lake import checkpoint
+from binlake.lake.retention import Retention
 from binlake.offsets import BinlogPosition
 from binlake.source.connection import connect
 from binlake.source.dialect import binlog_bytes
@@ -61,6 +62,7 @@ class StreamLoop:
         self.reader = BinlogReader({"job": json.dumps(job), "password": ctx.params["password"]})
         self.files = ctx.target.checkpoint_files
         self.heartbeat = Heartbeat(ctx.target.stream_progress, float(ctx.cfg.get("stream.heartbeat-seconds")))
+        self.retention = Retention.of(ctx.cfg, ctx.target, list(ctx.schemas()))
 
     def run(self, target: BinlogPosition | None, every: float) -> dict[str, Any] | None:
         """Land batches until one ending at `target` has committed (None: until stopped), a batch
@@ -93,6 +95,7 @@ class StreamLoop:
                     self.heartbeat.beat(begin, caught_up=False)
             else:
                 self.heartbeat.beat(begin, caught_up=True)
+            self._clean()
             if target is None or not found:
                 _pause(max(0.0, every - (time.monotonic() - began)) if target is None else 0.2)
         raise stop.stopped()
@@ -103,6 +106,13 @@ class StreamLoop:
         if batches:
             self.each_batch.land_batch(HeldBatch(pa.Table.from_batches(batches), self.ctx.session), batch_id, began)
         return bool(batches)
+
+    def _clean(self) -> None:
+        """One table's retention pass between two batches, when one is due (binlake.lake.retention)."""
+        self.retention.sources = list(self.ctx.schemas())
+        done = self.retention.run_one()
+        if done is not None and done.waiting_bytes is not None:
+            metrics.waiting(done.location, done.waiting_bytes)
 
     def _holdable(self, begin: dict[str, Any], end: dict[str, Any]) -> bool:
         """Whether the batch from `begin` to `end` spans at most HELD_BYTES of one server's binlog."""

@@ -23,7 +23,7 @@ from binlake.capture import heartbeat, metrics
 from binlake.capture.context import Context
 from binlake.config import Config
 from binlake.errors import BinlakeError
-from binlake.lake import storage
+from binlake.lake import maintenance, storage
 from binlake.lake.checkpoint import committed_end
 from binlake.lake.evolution import History
 from binlake.lake.table_files import NO_FILES, TableFiles
@@ -116,6 +116,7 @@ def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, A
     splits = _splits(ctx)
     names = sorted(set(_captured(ctx, list(splits))) | set(seen.tables))
     counted = _counted(ctx, names)
+    upkeep = maintenance.report(ctx.target, names, counted)
     out = []
     for name in names:
         ss = splits.get(name, [])
@@ -146,6 +147,8 @@ def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, A
             "binlog": {"position": str(position) if position else None,
                        "head": str(seen.head) if seen.head else None,
                        "lag_seconds": _lag(position, seen.head, progress)},
+            # bronze's and silver's live files and bytes, last compaction, bytes waiting for retention
+            "maintenance": upkeep[name],
         })
     return out
 

@@ -40,7 +40,8 @@ import numpy as np
 
 from binlake.config import Config
 from binlake.lake import arrow_commit, storage
-from binlake.lake.deletion_vectors import Snapshot, _data_path, commit, data_file
+from binlake.lake.delta_commit import commit, data_file
+from binlake.lake.table_log import Snapshot, _data_path
 from binlake.lake.key_index import KeyIndex, indexable
 from binlake.lake.storage import Location
 from binlake.lake.target import Target
@@ -48,10 +49,14 @@ from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
-# a silver file smaller than this share of the target size, and than the largest file over SMALL_FILES, is small
+# a silver file smaller than this share of the target size, and than the largest file over SILVER_SMALL_FILES, is small
 SMALL_SHARE = 0.25
-# a table is compacted once it has this many small files (silver), or a tier this many (bronze)
+# a bronze tier is merged once it holds this many files
 SMALL_FILES = 8
+# a silver step is due once the table has this many small files: each step rewrites a range of large
+# files, so the more small rows it takes in, the less it costs a change (at 1M rows under 2,000
+# changes/s, a step every 8 batches spent most of the stream's CPU on rewrites)
+SILVER_SMALL_FILES = 32
 # the bytes below which a bronze file is in the lowest tier
 TIER_BASE = 64 * 1024
 # or once a large file has this share of its rows marked
@@ -74,11 +79,11 @@ class Step:
         return {"at": self.at, "files_removed": self.removed, "files_added": self.added, "seconds": self.seconds}
 
 
-def compact_bronze(location: str, file_size: int) -> Step | None:
+def compact_bronze(location: str, file_size: int, snapshot: Snapshot | None = None) -> Step | None:
     """Merge the local bronze table's small files, once it has SMALL_FILES of them, into files of about
     `file_size` in `_seq` order (`dataChange` false); None when there was nothing to do. delta-rs's
     own compaction refuses a table with column mapping, as binlake's are."""
-    snapshot = Snapshot.read(location)
+    snapshot = snapshot or Snapshot.read(location)
     small = _crowded_tier({p: int(a.get("size") or 0) for p, a in snapshot.files.items()}, file_size)
     if not small or not _flat(snapshot):
         return None
@@ -110,21 +115,22 @@ def _crowded_tier(sizes: dict[str, int], file_size: int) -> list[str]:
 
 def _flat(snapshot: Snapshot) -> bool:
     """Whether the table's columns are all of simple types (a nested column's physical names under
-    column mapping are not written here: binlake.lake.deletion_vectors.data_file)."""
+    column mapping are not written here: binlake.lake.delta_commit.data_file)."""
     return all(isinstance(f["type"], str) for f in json.loads(snapshot.metadata["schemaString"])["fields"])
 
 
-def compact_silver(location: str, key: str, file_size: int, index: KeyIndex) -> Step | None:
+def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
+                   snapshot: Snapshot | None = None) -> Step | None:
     """One step of the local silver table's compaction (see the module), `index` its key index, when
     it is due; None otherwise."""
-    snapshot = Snapshot.read(location)
+    snapshot = snapshot or Snapshot.read(location)
     if not indexable(snapshot, [key]) or not _flat(snapshot):
         return None
     sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
-    below = min(SMALL_SHARE * file_size, max(sizes.values(), default=0) / SMALL_FILES)
+    below = min(SMALL_SHARE * file_size, max(sizes.values(), default=0) / SILVER_SMALL_FILES)
     small = {p for p, size in sizes.items() if size < below}
     heavy = [p for p in snapshot.files if p not in small and _marked_share(snapshot, p) >= MARKED_SHARE]
-    if len(small) < SMALL_FILES and not heavy:
+    if len(small) < SILVER_SMALL_FILES and not heavy:
         return None
     began = time.monotonic()
     index.sync(snapshot)
@@ -236,6 +242,7 @@ class Compaction:
     def __init__(self, target: Target, on: bool, file_size: int, every: float = LOOK_EVERY) -> None:
         self.target, self.on, self.file_size, self.every = target, on, file_size, every
         self.looked: dict[str, float] = {}
+        self.live: dict[tuple[str, str], tuple[int, int]] = {}  # (table, side): live files and bytes at the last look
         self.lock = threading.Lock()  # the record is one file, and tables land on several threads
 
     @classmethod
@@ -253,13 +260,21 @@ class Compaction:
         bronze, silver = self.target.bronze(name).location, self.target.silver(name).location
         steps: dict[str, Step | None] = {}
         if arrow_commit.local(bronze) and storage.has_commit(bronze):
-            steps["bronze"] = compact_bronze(bronze, self.file_size)
+            seen = self._seen(name, "bronze", bronze)
+            steps["bronze"] = compact_bronze(bronze, self.file_size, seen)
         if index is not None and not schema.multiset and arrow_commit.local(silver) and storage.has_commit(silver):
-            steps["silver"] = compact_silver(silver, index.key, self.file_size, index)
+            seen = self._seen(name, "silver", silver)
+            steps["silver"] = compact_silver(silver, index.key, self.file_size, index, seen)
         taken = {side: step for side, step in steps.items() if step is not None}
         for side, step in taken.items():
             self._record(name, side, step)
         return taken
+
+    def _seen(self, name: str, side: str, location: str) -> Snapshot:
+        """The table as the look finds it, its live files and bytes kept in `live` (for the metrics)."""
+        snapshot = Snapshot.read(location)
+        self.live[(name, side)] = (len(snapshot.files), sum(int(a.get("size") or 0) for a in snapshot.files.values()))
+        return snapshot
 
     def _record(self, name: str, side: str, step: Step) -> None:
         log.info("%s: %s compacted, %d files into %d in %.1fs", name, side, step.removed, step.added, step.seconds)

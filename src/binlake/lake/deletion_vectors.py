@@ -1,13 +1,6 @@
-"""Deletion vectors written by binlake: Delta's merge-on-read for a local table, in the driver.
-
-A commit here marks rows of live files deleted, each file's marks in a deletion vector (DV), and adds
-new data files, in one Delta transaction: for each marked file `remove` (with the DV it had) and
-`add` of the same path with the new DV, the union of the old one and the new marks. Its cost
-follows the marks, not the files' sizes: a batch of changes at random keys of a large table writes
-a few kilobytes of DVs and one small file of new images, where a copy-on-write MERGE rewrites every
-file a key falls in. delta-rs reads DVs but its writes cannot carry one (its `AddAction` and
-`RemoveAction` have no `deletionVector`, and `create_write_transaction` refuses a path both removed
-and added), so the commit file is written here, as Spark writes its DELETE's.
+"""Delta's deletion vectors (DVs), as binlake writes and reads them: the rows of a data file marked
+deleted, so that a change replaces a row without rewriting its file (Delta's merge-on-read). The
+commits that carry them are `binlake.lake.delta_commit`'s.
 
 The format (Delta's PROTOCOL.md, "Deletion Vector Format"), checked against delta-spark 4.4, which
 reads these DVs, and delta-rs, which reads them too:
@@ -35,19 +28,10 @@ file, live ones too, and Spark can then no longer read the table. Its `to_pyarro
 `to_pyarrow_dataset` refuse a table with the feature; its SQL engine (`QueryBuilder`) and `scan`
 read it; `count()` ignores the DVs. (The MERGE, the checkpoint and the lite vacuum are in this
 module's tests; the rest was seen by hand with delta-rs 1.6.6.)
-
-Concurrency is Delta's optimistic one on a local disk: the next version's commit file is linked
-into place, which fails if another writer made that version first; then the commit is tried at the
-version after, unless the winner removed a file this commit marks or changed the table's metadata or
-protocol (`CommitConflict`: the caller plans its marks again on a fresh `Snapshot`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import time
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,20 +54,12 @@ FILE_VERSION = 1
 _NO_RUNS, _RUNS = 12346, 12347  # a 32-bit bitmap's cookie: without run containers, with some
 _ARRAY_MOST = 4096  # an array container's most values; a container with more is a bitmap
 _OFFSETS_FROM = 4  # a bitmap with run containers has an offset header from this many containers on
-LOG = "_delta_log"
 Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUE = {c: i for i, c in enumerate(Z85)}
-# the writer features of a table this module commits to correctly
-WRITER_FEATURES = frozenset({"deletionVectors", "columnMapping", "timestampNtz", "invariants", "appendOnly"})
 
 
 class CorruptDeletionVector(RuntimeFailure):
     """A DV's bytes are not what its descriptor says (size, checksum, cardinality, format)."""
-
-
-class CommitConflict(RuntimeFailure):
-    """Another writer's commit, made since the snapshot the marks were planned on, removed a file
-    they mark or changed the table's metadata or protocol: nothing was committed."""
 
 
 # -- the bitmap ------------------------------------------------------------------------------------
@@ -305,270 +281,3 @@ def read(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Po
     if rows.size != dv.cardinality:
         raise CorruptDeletionVector(f"a deletion vector marks {rows.size} rows, its descriptor says {dv.cardinality}")
     return rows
-
-
-# -- the table's log -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A local table at one version, by its log: its protocol, its metadata and its live add actions
-    by path (each with its `deletionVector`, if any, as the log has it)."""
-
-    location: str
-    version: int
-    protocol: dict[str, Any]
-    metadata: dict[str, Any]
-    files: dict[str, dict[str, Any]]
-
-    @classmethod
-    def read(cls, location: str | Path, version: int | None = None) -> Snapshot:
-        """The table at `location` at `version` (its newest by default): the newest checkpoint at or
-        below it, then each commit after, a commit's removes before its adds (a commit may remove a
-        file's add with one DV and add it with another)."""
-        log = Path(location) / LOG
-        names = os.listdir(log)
-        commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n)))
-        if not commits:
-            raise FileNotFoundError(f"{log} holds no commit")
-        version = commits[-1] if version is None else version
-        start, parts = _checkpoint(log, names, version)
-        protocol: dict[str, Any] = {}
-        metadata: dict[str, Any] = {}
-        files: dict[str, dict[str, Any]] = {}
-        for kind, action in _checkpoint_actions(log, parts):
-            if kind == "add":
-                files[action["path"]] = action
-            elif kind == "metaData":
-                metadata = action
-            elif kind == "protocol":
-                protocol = action
-        for v in range(start + 1, version + 1):
-            actions = [json.loads(line) for line in (log / f"{v:020d}.json").read_text().splitlines() if line]
-            for action in actions:
-                if "remove" in action:
-                    files.pop(action["remove"]["path"], None)
-                protocol = action.get("protocol", protocol)
-                metadata = action.get("metaData", metadata)
-            files.update((a["add"]["path"], a["add"]) for a in actions if "add" in a)
-        return cls(str(location), version, protocol, metadata, files)
-
-    def deleted(self, path: str) -> Positions:
-        """The rows of the live file `path` its DV marks deleted (none without one)."""
-        dv = self.files[path].get("deletionVector")
-        return read(self.location, dv) if dv else np.empty(0, np.uint64)
-
-    def num_records(self, path: str) -> int:
-        """The rows of the data file `path`, deleted ones too: its `numRecords`, else its footer's count."""
-        stats = json.loads(self.files[path].get("stats") or "{}")
-        if "numRecords" in stats:
-            return int(stats["numRecords"])
-        import pyarrow.parquet as pq
-
-        return int(pq.read_metadata(_data_path(self.location, path)).num_rows)
-
-
-def _data_path(location: str | Path, path: str) -> Path:
-    parsed = urlparse(path)
-    place = unquote(parsed.path)
-    return Path(place) if os.path.isabs(place) else Path(location) / place
-
-
-_COMMIT = re.compile(r"(\d{20})\.json")
-_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
-_V2_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
-
-
-def _checkpoint(log: Path, names: list[str], version: int) -> tuple[int, list[str]]:
-    """The newest checkpoint at or below `version` (one file, or all the parts of a multi-part one):
-    its version and files, or -1 and none."""
-    found: dict[int, list[str]] = {}
-    for name in names:
-        if (m := _V2_CHECKPOINT.fullmatch(name)) and int(m.group(1)) <= version:
-            raise ValueError(f"{log / name} is a v2 checkpoint, which binlake does not read")
-        if (m := _CHECKPOINT.fullmatch(name)) and int(m.group(1)) <= version:
-            found.setdefault(int(m.group(1)), []).append(name)
-    complete = [v for v, files in found.items() if len(files) == int(_parts(files[0]) or 1)]
-    return (max(complete), sorted(found[max(complete)])) if complete else (-1, [])
-
-
-def _parts(name: str) -> str | None:
-    """How many parts the checkpoint file `name` is one of (None: a single file)."""
-    m = _CHECKPOINT.fullmatch(name)
-    return m.group(3) if m else None
-
-
-def _checkpoint_actions(log: Path, parts: list[str]) -> Iterable[tuple[str, dict[str, Any]]]:
-    import pyarrow.parquet as pq
-
-    for name in parts:
-        table = pq.read_table(log / name, columns=["add", "metaData", "protocol"])
-        for kind in ("add", "metaData", "protocol"):
-            for action in table.column(kind).to_pylist():
-                if action is not None:
-                    yield kind, _plain(action)
-
-
-_MAPS = frozenset({"partitionValues", "tags", "configuration", "options"})
-
-
-def _plain(value: Any) -> Any:
-    """A checkpoint's action as its commit's JSON has it: maps as objects, null fields left out,
-    statistics parsed by the checkpoint writer dropped (the JSON `stats` stays)."""
-    if not isinstance(value, dict):
-        return value
-    return {k: dict(v) if k in _MAPS else _plain(v) for k, v in value.items()
-            if v is not None and not k.endswith("_parsed")}
-
-
-# -- the commit ------------------------------------------------------------------------------------
-
-
-def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
-    """Write the Arrow table `rows` (the table's columns, by their names) as a new data file of the
-    table of `snapshot`, with its columns' physical names under column mapping: its add action, with
-    `numRecords`, null counts, and the least and greatest value of its integer and short string
-    columns (other columns have none: no file is skipped on them)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    schema = json.loads(snapshot.metadata["schemaString"])
-    physical = {f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
-                for f in schema["fields"]}
-    if any(pa.types.is_nested(t) for t in rows.schema.types) and any(k != v for k, v in physical.items()):
-        raise ValueError("a nested column under column mapping needs its nested physical names, not written here")
-    rows = rows.rename_columns([physical[n] for n in rows.column_names])
-    stats: dict[str, Any] = {"numRecords": rows.num_rows, "minValues": {}, "maxValues": {}, "nullCount": {}}
-    for name, column in zip(rows.column_names, rows.columns):
-        stats["nullCount"][name] = column.null_count
-        kind = column.type
-        if rows.num_rows > column.null_count and (pa.types.is_integer(kind) or pa.types.is_string(kind)):
-            least, greatest = pc.min_max(column).values()
-            if not pa.types.is_string(kind) or max(len(least.as_py()), len(greatest.as_py())) <= 32:
-                stats["minValues"][name], stats["maxValues"][name] = least.as_py(), greatest.as_py()
-    path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    target = Path(snapshot.location) / path
-    pq.write_table(rows, target, compression="snappy")
-    return {"path": path, "partitionValues": {}, "size": target.stat().st_size,
-            "modificationTime": int(target.stat().st_mtime * 1000), "dataChange": True, "stats": json.dumps(stats)}
-
-
-def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.ArrayLike],
-           adds: Sequence[Mapping[str, Any]] = (), operation: str = "MERGE",
-           parameters: Mapping[str, Any] | None = None, inline_dvs: bool = False, prefix: str = "",
-           data_change: bool = True) -> int:
-    """Commit, on the table of `snapshot`, the rows `deletions` marks in each of its live files (by
-    path: row positions) and the new data files `adds` (their add actions, files already written):
-    one transaction, the version after `snapshot`'s or, past commits of others that touch none of
-    these files, a later one. Its version.
-
-    A file's new marks are united with those of its DV; a file all of whose rows are then marked is
-    removed, with no add; a file whose marks change nothing is left as it is. The new DVs go to one
-    DV file (in the table's folder `prefix`, when given), or with `inline_dvs` into the log itself.
-    Nothing to commit, nothing committed: `snapshot`'s version. `data_change` False says the commit
-    changes no row's value, as compaction's (Delta's `dataChange`: a reader of changes passes it over). Raises CommitConflict (nothing
-    committed) when another commit removed a marked file or changed the table's metadata or protocol."""
-    removes, readds, bitmaps, marked = [], [], [], 0
-    now = int(time.time() * 1000)
-    for path, new in deletions.items():
-        add = snapshot.files.get(path)
-        if add is None:
-            raise CommitConflict(f"deletion vectors: {path} is not a live file of {snapshot.location} at "
-                                 f"version {snapshot.version}")
-        new = positions(new)
-        records = snapshot.num_records(path)
-        if new.size and new[-1] >= records:
-            raise ValueError(f"row {int(new[-1])} is past the {records} rows of {path}")
-        old = snapshot.deleted(path)
-        rows = positions(np.concatenate([old, new]))
-        if rows.size == old.size:
-            continue
-        marked += int(rows.size - old.size)
-        removes.append({**_remove(add, now), "dataChange": data_change})
-        if rows.size < records:
-            stats = {**json.loads(add.get("stats") or "{}"), "numRecords": records, "tightBounds": False}
-            readds.append({**add, "dataChange": data_change, "stats": json.dumps(stats)})
-            bitmaps.append(rows)
-    if not removes and not adds:
-        return snapshot.version
-    _check_writable(snapshot, with_dvs=bool(readds))
-    stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix)
-    for readd, dv in zip(readds, stored):
-        readd["deletionVector"] = dv.to_dict()
-    info = {"timestamp": now, "operation": operation, "operationParameters": dict(parameters or {}),
-            "readVersion": snapshot.version, "isolationLevel": "Serializable", "isBlindAppend": not removes,
-            "operationMetrics": {"numDeletionVectorsAdded": str(len(readds)),
-                                 "numDeletionVectorsRemoved": str(sum("deletionVector" in r for r in removes)),
-                                 "numRemovedFiles": str(len(removes) - len(readds)), "numAddedFiles": str(len(adds)),
-                                 "numDeletedRows": str(marked)},
-            "engineInfo": "binlake", "txnId": str(uuid.uuid4())}
-    actions = [{"commitInfo": info}, *({"remove": r} for r in removes), *({"add": a} for a in readds),
-               *({"add": {**a, "dataChange": data_change}} for a in adds)]
-    version = _put(snapshot, "".join(json.dumps(a) + "\n" for a in actions), {r["path"] for r in removes})
-    # a writer checkpoints at the versions the table's interval names (delta-rs keeps the DVs in it)
-    if version % int(snapshot.metadata.get("configuration", {}).get("delta.checkpointInterval", "10")) == 0:
-        from deltalake import DeltaTable
-
-        DeltaTable(snapshot.location).create_checkpoint()
-    return version
-
-
-def _check_writable(snapshot: Snapshot, with_dvs: bool) -> None:
-    """ValueError unless this module writes the table of `snapshot` correctly: its writer features
-    among WRITER_FEATURES, and deletion vectors enabled when the commit writes any (`with_dvs`; a
-    commit that removes whole files and adds new ones, as compaction's, needs none)."""
-    features = set(snapshot.protocol.get("writerFeatures") or [])
-    if not features <= WRITER_FEATURES:
-        raise ValueError(f"{snapshot.location}: binlake commits here to a table whose writer features are among "
-                         f"{sorted(WRITER_FEATURES)}, not {sorted(features)}")
-    if with_dvs and "deletionVectors" not in features:
-        raise ValueError(f"{snapshot.location}: deletion vectors are written here to a table whose writer features "
-                         f"include deletionVectors and are among {sorted(WRITER_FEATURES)}, not {sorted(features)}")
-    if with_dvs and snapshot.metadata.get("configuration", {}).get("delta.enableDeletionVectors") != "true":
-        raise ValueError(f"{snapshot.location}: delta.enableDeletionVectors is not 'true', so no DV may be written "
-                         f"(ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true'))")
-    if snapshot.metadata.get("partitionColumns"):
-        raise ValueError(f"{snapshot.location}: a partitioned table is not written here")
-
-
-def _remove(add: Mapping[str, Any], now: int) -> dict[str, Any]:
-    """The remove action of the live `add`, as Spark writes one (its DV and its row count kept)."""
-    remove = {"path": add["path"], "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
-              "partitionValues": add.get("partitionValues", {}), "size": add["size"]}
-    for key in ("tags", "deletionVector", "baseRowId", "defaultRowCommitVersion"):
-        if add.get(key) is not None:
-            remove[key] = add[key]
-    records = json.loads(add.get("stats") or "{}").get("numRecords")
-    return remove if records is None else {**remove, "stats": json.dumps({"numRecords": records})}
-
-
-def _put(snapshot: Snapshot, text: str, removed: set[str]) -> int:
-    """Link the commit `text` in as the first free version after `snapshot`'s, checking each commit
-    found in the way for a conflict with the files it removes."""
-    log = Path(snapshot.location) / LOG
-    staged = log / f".{uuid.uuid4()}.tmp"
-    staged.write_text(text)
-    try:
-        version = snapshot.version + 1
-        while True:
-            try:
-                os.link(staged, log / f"{version:020d}.json")
-                return version
-            except FileExistsError:
-                _check_winner(log, version, removed)
-                version += 1
-    finally:
-        staged.unlink()
-
-
-def _check_winner(log: Path, version: int, removed: set[str]) -> None:
-    for line in (log / f"{version:020d}.json").read_text().splitlines():
-        action = json.loads(line) if line else {}
-        if "metaData" in action or "protocol" in action:
-            raise CommitConflict(f"deletion vectors: version {version} of {log.parent} changed its metadata or "
-                                 f"protocol since the version the marks were planned on; plan them again")
-        gone = action.get("remove", {}).get("path")
-        if gone in removed:
-            raise CommitConflict(f"deletion vectors: version {version} of {log.parent} removed {gone}, a file "
-                                 f"whose rows were to be marked; plan the marks again")

@@ -10,7 +10,7 @@ and then only the files that are new since the last batch.
 
 Files are immutable, so a file's keys, once read, stay right for as long as the file is live; what
 changes is which files are live and which of their rows a deletion vector marks. `sync` brings the
-index to a version of the table by its log (`binlake.lake.deletion_vectors.Snapshot`): files gone are
+index to a version of the table by its log (`binlake.lake.table_log.Snapshot`): files gone are
 dropped, new ones read, and a file whose DV changed has its live rows read again from it. Any writer
 may have made those commits (this stream's batches, a Spark MERGE of a replayed batch, a compaction):
 the index follows the log, never its own guesses.
@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from binlake.lake.deletion_vectors import Snapshot, _data_path
+from binlake.lake.table_log import Snapshot, _data_path
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """A micro-batch applied to a large silver table by marking, not rewriting: Delta's merge-on-read,
-written by binlake (`binlake.lake.deletion_vectors`).
+written by binlake (`binlake.lake.delta_commit`).
 
 delta-rs's MERGE is copy-on-write: each file holding a key of the batch is read and written again
 whole. A large table's changes at random keys touch every file, so each batch rewrote the table:
@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake import faults
-from binlake.lake.deletion_vectors import CommitConflict, Snapshot, commit, data_file
+from binlake.lake.delta_commit import CommitConflict, commit, data_file
+from binlake.lake.table_log import Snapshot
 from binlake.lake.key_index import KeyIndex, indexable, table_bytes, touched_bytes
 from binlake.lake.silver import DATA_OPS, latest_arrow, struct
 from binlake.schema import TableSchema

@@ -89,6 +89,7 @@ class Cleaned:
     seconds: float = 0.0
     error: str | None = None  # why nothing (more) was removed, when something went wrong
     total_removed_bytes: int = 0  # over every pass the record holds
+    waiting_bytes: int | None = None  # left on disk after the pass, not in the table (None: not known)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,15 +148,15 @@ def _listing(root: str) -> tuple[list[_File], list[str]]:
     return files, folders
 
 
-def _expired(location: str, retention: float, now: float) -> tuple[list[_File], list[str], float]:
+def _expired(location: str, retention: float, now: float) -> tuple[list[_File], list[str], float, int]:
     """The files of the local table at `location` that the rule removes at `now`, the folders that
-    may go once empty, and the cut-off time."""
+    may go once empty, the cut-off time, and the bytes on disk the table's version does not hold."""
     state = replay(location)
     cutoff = now - retention
     keep = state.live | {p for p, at in state.removed.items() if at >= cutoff}
     files, folders = _listing(os.path.realpath(location))  # the paths `replay` gives
     gone = [f for f in files if f.path not in keep and f.written < cutoff]
-    return gone, folders, cutoff
+    return gone, folders, cutoff, sum(f.size for f in files if f.path not in state.live)
 
 
 def _remove(file: _File) -> bool:
@@ -176,11 +177,11 @@ def _remove(file: _File) -> bool:
 def _clean_here(location: str, retention: float, now: float, budget: float | None,
                 clock: Callable[[], float]) -> Cleaned:
     began = clock()
-    gone, folders, cutoff = _expired(location, retention, now)
+    gone, folders, cutoff, waiting = _expired(location, retention, now)
     removed, size = 0, 0
     for file in gone:
         if budget is not None and clock() - began > budget:
-            return Cleaned(location, now, removed, size, False, clock() - began)
+            return Cleaned(location, now, removed, size, False, clock() - began, waiting_bytes=waiting - size)
         faults.point("mid_retention", file.path)
         if _remove(file):
             removed, size = removed + 1, size + file.size
@@ -190,7 +191,7 @@ def _clean_here(location: str, retention: float, now: float, budget: float | Non
                 os.rmdir(folder)  # only an empty one: a writer's new file keeps it
         except OSError:
             pass
-    return Cleaned(location, now, removed, size, True, clock() - began)
+    return Cleaned(location, now, removed, size, True, clock() - began, waiting_bytes=waiting - size)
 
 
 # Delta 4's VACUUM ignores a RETAIN other than 0 hours unless the first is off (it takes the table's
