@@ -396,6 +396,10 @@ def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Pa
 
     # the binlog: one table fed by the binlake_binlog source
     assert pipeline_source.BINLOG_TABLE in outputs
+    # every table the pipeline keeps asks for optimized writes, auto compaction and deletion vectors
+    properties = {e["name"]: e["table_properties"] for e in graph
+                  if e["kind"] == "output" and e["type"] != "TemporaryView"}
+    assert properties and all(p == pipeline_source.UPKEEP for p in properties.values()), properties
     assert flows[pipeline_source.BINLOG_TABLE] == pipeline_source.BINLOG_TABLE
 
     # per captured table: a view of its changes and a silver table kept by one AUTO CDC flow

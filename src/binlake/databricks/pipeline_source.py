@@ -103,6 +103,15 @@ def pipeline_config(spark: Any, dbutils: Callable[[], Any] | None = None) -> con
     return load_with_secret(conf_overrides(conf_get), utils)
 
 
+# The pipeline's tables keep themselves: optimized writes size the files each update writes, auto
+# compaction merges small ones after a write, and deletion vectors let AUTO CDC's MERGE mark the rows it
+# replaces instead of rewriting their files (what binlake.lake.compaction and marked_merge do locally).
+# Where Unity Catalog's predictive optimization is on, Databricks also runs OPTIMIZE and VACUUM on
+# these managed tables by itself (docs/databricks.md).
+UPKEEP = {"delta.autoOptimize.optimizeWrite": "true", "delta.autoOptimize.autoCompact": "true",
+          "delta.enableDeletionVectors": "true"}
+
+
 def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
     """Register the pipeline's datasets and flows with the active pipeline graph."""
     from pyspark import pipelines as dp
@@ -114,7 +123,8 @@ def define(spark: Any, dbutils: Callable[[], Any] | None = None) -> None:
     register(spark)
     job = stream_job.build(ctx)
 
-    @dp.table(name=BINLOG_TABLE, comment="every binlog row event of the captured tables, from min(HW) on")
+    @dp.table(name=BINLOG_TABLE, comment="every binlog row event of the captured tables, from min(HW) on",
+              table_properties=UPKEEP)
     def binlog_changes() -> Any:
         return spark.readStream.format("binlake_binlog").options(**job.options()).load()
 
@@ -149,7 +159,8 @@ def _define_table(dp: Any, spark: Any, target: Target, name: str, schema: TableS
         return frame
 
     table = dataset_name(target, "silver", name)
-    dp.create_streaming_table(table, comment=f"{name}: current state (SCD type {shape.history}) applied by AUTO CDC")
+    dp.create_streaming_table(table, comment=f"{name}: current state (SCD type {shape.history}) applied by AUTO CDC",
+                              table_properties=UPKEEP)
     auto_cdc_flow(dp, table, view, list(schema.key), shape.history, delete_condition(shape, bool(schema.row_filter)))
 
 
