@@ -33,6 +33,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,10 +58,10 @@ SMALL_FILES = 8
 # files, so the more small rows it takes in, the less it costs a change (at 1M rows under 2,000
 # changes/s, a step every 8 batches spent most of the stream's CPU on rewrites)
 SILVER_SMALL_FILES = 32
-# the bytes below which a bronze file is in the lowest tier
-TIER_BASE = 64 * 1024
 # or once a large file has this share of its rows marked
 MARKED_SHARE = 0.3
+# the bytes below which a bronze file is in the lowest tier
+TIER_BASE = 64 * 1024
 # the record of each table's last steps, in the lake's `_binlake` folder
 RECORD = "compaction.json"
 
@@ -80,12 +81,12 @@ class Step:
 
 
 def compact_bronze(location: str, file_size: int, snapshot: Snapshot | None = None) -> Step | None:
-    """Merge the local bronze table's small files, once it has SMALL_FILES of them, into files of about
-    `file_size` in `_seq` order (`dataChange` false); None when there was nothing to do. delta-rs's
+    """Merge the local bronze table's small files, once a tier of them holds SMALL_FILES, into files of
+    about `file_size` in `_seq` order (`dataChange` false); None when there was nothing to do. delta-rs's
     own compaction refuses a table with column mapping, as binlake's are."""
     snapshot = snapshot or Snapshot.read(location)
     small = _crowded_tier({p: int(a.get("size") or 0) for p, a in snapshot.files.items()}, file_size)
-    if not small or not _flat(snapshot):
+    if not small or not snapshot.flat:
         return None
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -113,18 +114,12 @@ def _crowded_tier(sizes: dict[str, int], file_size: int) -> list[str]:
     return sorted(tiers[min(full)]) if full else []
 
 
-def _flat(snapshot: Snapshot) -> bool:
-    """Whether the table's columns are all of simple types (a nested column's physical names under
-    column mapping are not written here: binlake.lake.delta_commit.data_file)."""
-    return all(isinstance(f["type"], str) for f in json.loads(snapshot.metadata["schemaString"])["fields"])
-
-
 def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
                    snapshot: Snapshot | None = None) -> Step | None:
     """One step of the local silver table's compaction (see the module), `index` its key index, when
     it is due; None otherwise."""
     snapshot = snapshot or Snapshot.read(location)
-    if not indexable(snapshot, [key]) or not _flat(snapshot):
+    if not indexable(snapshot, [key]) or not snapshot.flat:
         return None
     sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
     below = min(SMALL_SHARE * file_size, max(sizes.values(), default=0) / SILVER_SMALL_FILES)
@@ -260,15 +255,27 @@ class Compaction:
         bronze, silver = self.target.bronze(name).location, self.target.silver(name).location
         steps: dict[str, Step | None] = {}
         if arrow_commit.local(bronze) and storage.has_commit(bronze):
-            seen = self._seen(name, "bronze", bronze)
-            steps["bronze"] = compact_bronze(bronze, self.file_size, seen)
+            steps["bronze"] = self._step(name, "bronze", lambda: compact_bronze(
+                bronze, self.file_size, self._seen(name, "bronze", bronze)))
         if index is not None and not schema.multiset and arrow_commit.local(silver) and storage.has_commit(silver):
-            seen = self._seen(name, "silver", silver)
-            steps["silver"] = compact_silver(silver, index.key, self.file_size, index, seen)
+            steps["silver"] = self._step(name, "silver", lambda: compact_silver(
+                silver, index.key, self.file_size, index, self._seen(name, "silver", silver)))
         taken = {side: step for side, step in steps.items() if step is not None}
         for side, step in taken.items():
             self._record(name, side, step)
         return taken
+
+    @staticmethod
+    def _step(name: str, side: str, step: Callable[[], Step | None]) -> Step | None:
+        """`step()`, or None when it fails: compaction is upkeep, and a step that cannot be taken now
+        (another writer changed the table's schema meanwhile, a file it cannot write) leaves the table
+        as it was; the stream goes on, and the next look tries again."""
+        try:
+            return step()
+        except Exception as failed:  # noqa: BLE001 - never in the stream's way
+            log.warning("%s: %s compaction skipped (%s: %s)", name, side, type(failed).__name__,
+                        " ".join(str(failed).split())[:300])
+            return None
 
     def _seen(self, name: str, side: str, location: str) -> Snapshot:
         """The table as the look finds it, its live files and bytes kept in `live` (for the metrics)."""

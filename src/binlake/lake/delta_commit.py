@@ -128,6 +128,15 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
     return version
 
 
+def can_mark(snapshot: Snapshot) -> bool:
+    """Whether a commit here may write deletion vectors to the table of `snapshot`."""
+    try:
+        _check_writable(snapshot, with_dvs=True)
+        return True
+    except ValueError:
+        return False
+
+
 def _check_writable(snapshot: Snapshot, with_dvs: bool) -> None:
     """ValueError unless this module writes the table of `snapshot` correctly: its writer features
     among WRITER_FEATURES, and deletion vectors enabled when the commit writes any (`with_dvs`; a

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake import faults
-from binlake.lake.delta_commit import CommitConflict, commit, data_file
+from binlake.lake.delta_commit import CommitConflict, can_mark, commit, data_file
 from binlake.lake.table_log import Snapshot
 from binlake.lake.key_index import KeyIndex, indexable, table_bytes, touched_bytes
 from binlake.lake.silver import DATA_OPS, latest_arrow, struct
@@ -60,7 +60,7 @@ def apply_marked(location: str, schema: TableSchema, changes: Any, index: KeyInd
     images = images.take(pc.sort_indices(images, [(key[0], "ascending")]))  # in key order, as the index likes
     for _ in range(ATTEMPTS):
         snapshot = Snapshot.read(location)
-        if table_bytes(snapshot) < MARK_FROM_BYTES or not indexable(snapshot, key):
+        if table_bytes(snapshot) < MARK_FROM_BYTES or not _markable(snapshot, key):
             return False
         index.sync(snapshot)
         rows = index.locate(keys)
@@ -75,3 +75,9 @@ def apply_marked(location: str, schema: TableSchema, changes: Any, index: KeyInd
         except CommitConflict as lost:
             log.info("%s: %s", schema.name, lost.message)
     return False
+
+
+def _markable(snapshot: Snapshot, key: list[str]) -> bool:
+    """Whether batches of the table of `snapshot` may be marked: a key the index takes, simple columns
+    (binlake writes no nested one), deletion vectors enabled and no writer feature binlake does not keep."""
+    return indexable(snapshot, key) and snapshot.flat and can_mark(snapshot)

@@ -70,6 +70,12 @@ class Snapshot:
         dv = self.files[path].get("deletionVector")
         return read(self.location, dv) if dv else np.empty(0, np.uint64)
 
+    @property
+    def flat(self) -> bool:
+        """Whether the table's columns are all of simple types: binlake's own commits write no nested
+        column (its physical names under column mapping: `binlake.lake.delta_commit.data_file`)."""
+        return all(isinstance(f["type"], str) for f in json.loads(self.metadata["schemaString"])["fields"])
+
     def num_records(self, path: str) -> int:
         """The rows of the data file `path`, deleted ones too: its `numRecords`, else its footer's count."""
         stats = json.loads(self.files[path].get("stats") or "{}")
