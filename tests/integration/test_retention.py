@@ -253,7 +253,8 @@ def _many_dead(location: str, count: int) -> None:
 def _pass(location: str, env: dict[str, str]) -> subprocess.Popen[str]:
     code = ("import sys; from binlake.lake import retention; print('ready', flush=True); "
             f"print(retention.clean({location!r}, 1.0))")
-    return subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **env}, stdout=subprocess.PIPE,
+    inherited = {k: v for k, v in os.environ.items() if k != "BINLAKE_RUN_PGID"}  # the crash kills its own group
+    return subprocess.Popen([sys.executable, "-c", code], env={**inherited, **env}, stdout=subprocess.PIPE,
                             text=True, start_new_session=True)
 
 
