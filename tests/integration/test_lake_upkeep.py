@@ -56,7 +56,7 @@ def test_marking_compaction_and_retention_under_writers_and_kills(dev_db: Any, d
     create_table(port, database, ROWS)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=500, group_size=2)
     with cfg_path.open("a") as cfg:
-        cfg.write("lake:\n  file-size: 1\n  retention: 5s\n  retention-interval: 5s\n")
+        cfg.write("lake:\n  compaction: on\n  file-size: 1\n  retention: 5s\n  retention-interval: 5s\n")
     seed = int(os.environ.get("BINLAKE_KILL_SEED") or random.randrange(10**6))
     rng = random.Random(seed)
     with Writers(port, database, ROWS, threads=2, pause=0.01) as writers:

@@ -63,7 +63,9 @@ def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
                 stats["minValues"][name], stats["maxValues"][name] = least.as_py(), greatest.as_py()
     path = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     target = Path(snapshot.location) / path
-    pq.write_table(rows, target, compression="snappy")
+    # Delta readers take microseconds: a timestamp read back as nanoseconds (delta-rs writes INT96, which
+    # pyarrow reads so) would be written as Parquet NANOS, which Spark refuses as a plain INT64
+    pq.write_table(rows, target, compression="snappy", coerce_timestamps="us", allow_truncated_timestamps=False)
     return {"path": path, "partitionValues": {}, "size": target.stat().st_size,
             "modificationTime": int(target.stat().st_mtime * 1000), "dataChange": True, "stats": json.dumps(stats)}
 
