@@ -194,8 +194,7 @@ def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fields = json.loads(snapshot.metadata["schemaString"])["fields"]
-    names = {str(f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])): f["name"] for f in fields}
+    names = {physical: name for name, physical in snapshot.physical_names.items()}
     table = _plain_types(pq.read_table(_data_path(snapshot.location, path), columns=list(names)))
     if rows is None:
         keep = np.ones(table.num_rows, np.bool_)

@@ -47,9 +47,7 @@ def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    schema = json.loads(snapshot.metadata["schemaString"])
-    physical = {f["name"]: f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"])
-                for f in schema["fields"]}
+    physical = snapshot.physical_names
     if any(pa.types.is_nested(t) for t in rows.schema.types) and any(k != v for k, v in physical.items()):
         raise ValueError("a nested column under column mapping needs its nested physical names, not written here")
     rows = rows.rename_columns([physical[n] for n in rows.column_names])

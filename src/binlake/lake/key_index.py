@@ -80,7 +80,7 @@ class KeyIndex:
     def sync(self, snapshot: Snapshot) -> None:
         """Bring the index to `snapshot`: read the files new since the last sync and the live rows of
         those whose DV changed; forget the files no longer live."""
-        physical = _physical_name(snapshot, self.key)
+        physical = snapshot.physical_names[self.key]
         for path in set(self.files) - set(snapshot.files):
             del self.files[path]
         for path, add in snapshot.files.items():
@@ -102,14 +102,6 @@ class KeyIndex:
     def rows(self) -> int:
         """The live rows the index holds."""
         return int(sum(int(f.live.sum()) for f in self.files.values()))
-
-
-def _physical_name(snapshot: Snapshot, name: str) -> str:
-    """The column `name`'s name in the data files (its physical name under column mapping)."""
-    for f in json.loads(snapshot.metadata["schemaString"])["fields"]:
-        if f["name"] == name:
-            return str(f.get("metadata", {}).get("delta.columnMapping.physicalName", name))
-    raise KeyError(name)
 
 
 def _read(snapshot: Snapshot, path: str, physical: str, dv: str) -> FileKeys:

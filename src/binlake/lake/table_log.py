@@ -71,6 +71,13 @@ class Snapshot:
         return read(self.location, dv) if dv else np.empty(0, np.uint64)
 
     @property
+    def physical_names(self) -> dict[str, str]:
+        """Each top-level column's name in the data files, by its name in the table (its physical name
+        under column mapping, else the same)."""
+        return {f["name"]: str(f.get("metadata", {}).get("delta.columnMapping.physicalName", f["name"]))
+                for f in json.loads(self.metadata["schemaString"])["fields"]}
+
+    @property
     def flat(self) -> bool:
         """Whether the table's columns are all of simple types: binlake's own commits write no nested
         column (its physical names under column mapping: `binlake.lake.delta_commit.data_file`)."""
