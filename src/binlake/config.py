@@ -137,7 +137,7 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
                       "`off`: nothing is removed, and disk grows with every MERGE"),
         "retention-interval": (DURATION, "1h", "how often the running stream removes each table's expired files, "
                                "one table between two micro-batches"),
-        "compaction": (choice(*COMPACTION), "off", "`on`: the running stream merges a local table's small files "
+        "compaction": (choice(*COMPACTION), "on", "`on`: the running stream merges a local table's small files "
                        "(bronze's, and silver's in key order) into files of about `lake.file-size`, a bounded step "
                        "between two micro-batches of the table; `off`: never"),
         "file-size": (WHOLE, 128, "MiB: the size compaction aims a file at"),
