@@ -25,7 +25,7 @@ import pytest
 
 from binlake import config
 from binlake.lake import arrow_commit, retention, silver, split_state
-from binlake.lake.log_replay import replay
+from binlake.lake.table_log import replay
 from binlake.lake.target import Target
 from binlake.schema import Column, TableSchema
 

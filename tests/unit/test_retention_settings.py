@@ -1,5 +1,5 @@
 """`lake.retention` and `lake.retention-interval`: lengths of time as written, `off`, and refusals in
-one line; and the pieces of a Delta log retention reads (binlake.lake.log_replay) that need no table."""
+one line; and the pieces of a Delta log retention reads (binlake.lake.table_log) that need no table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from binlake import cli, config, duration
 from binlake.errors import ConfigError
-from binlake.lake.log_replay import dv_file, z85_uuid
+from binlake.lake.table_log import dv_file, z85_uuid
 
 
 @pytest.fixture(autouse=True)

@@ -42,7 +42,7 @@ import numpy as np
 from binlake.config import Config
 from binlake.lake import arrow_commit, storage
 from binlake.lake.delta_commit import commit, data_file
-from binlake.lake.table_log import Snapshot, _data_path
+from binlake.lake.table_log import Snapshot, data_path
 from binlake.lake.key_index import KeyIndex, indexable
 from binlake.lake.storage import Location
 from binlake.lake.target import Target
@@ -195,7 +195,7 @@ def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
     import pyarrow.parquet as pq
 
     names = {physical: name for name, physical in snapshot.physical_names.items()}
-    table = _plain_types(pq.read_table(_data_path(snapshot.location, path), columns=list(names)))
+    table = _plain_types(pq.read_table(data_path(snapshot.location, path), columns=list(names)))
     if rows is None:
         keep = np.ones(table.num_rows, np.bool_)
         keep[snapshot.deleted(path).astype(np.int64)] = False

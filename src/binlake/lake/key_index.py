@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from binlake.lake.table_log import Snapshot, _data_path
+from binlake.lake.table_log import Snapshot, data_path
 
 
 @dataclass
@@ -108,7 +108,7 @@ def _read(snapshot: Snapshot, path: str, physical: str, dv: str) -> FileKeys:
     """The keys of the live data file `path`, sorted, and its live rows."""
     import pyarrow.parquet as pq
 
-    column = pq.read_table(_data_path(snapshot.location, path), columns=[physical]).column(0)
+    column = pq.read_table(data_path(snapshot.location, path), columns=[physical]).column(0)
     keys = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
     rows: npt.NDArray[np.int64] | None = None
     if keys.size > 1 and not bool(np.all(keys[1:] >= keys[:-1])):

@@ -3,7 +3,7 @@ than `lake.retention` ago (Delta's VACUUM), so a lake's disk follows what it hol
 version it ever held: each silver MERGE replaces the files it rewrites, and before this nothing ever
 removed the old ones (a 120 MB silver's folder reached 22.7 GB in ten minutes of random-key updates).
 
-The rule, for one table at its newest version N (`binlake.lake.log_replay` reads its log):
+The rule, for one table at its newest version N (`binlake.lake.table_log.replay` reads its log):
 - kept: every file a live add of N names, and its deletion vector's file (one such file may hold
   the vectors of many data files: it is kept while any live add names it);
 - kept: every file a tombstone (a `remove` action) names that was removed less than the retention
@@ -65,7 +65,7 @@ from typing import Any
 from binlake import duration, faults
 from binlake.config import Config
 from binlake.lake import storage
-from binlake.lake.log_replay import UnreadableLog, replay
+from binlake.lake.table_log import UnreadableLog, replay
 from binlake.lake.storage import Location
 from binlake.lake.target import Target
 

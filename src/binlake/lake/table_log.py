@@ -1,16 +1,31 @@
-"""A local Delta table's log read to one version (`Snapshot`): its protocol, its metadata and its
-live add actions by path, each with its deletion vector as the log has it -- what binlake's own commits
-(`binlake.lake.delta_commit`), its key index and its compaction plan from. The newest checkpoint at or
-below the version (one file, or every part of a multi-part one) and each commit after it; a v2
-checkpoint is refused, as no table of binlake's has one."""
+"""A local Delta table's log, read by binlake itself, two ways:
+- `Snapshot.read`: the table at one version -- its protocol, its metadata and its live add actions by
+  path, each with its deletion vector as the log has it: what binlake's own commits
+  (`binlake.lake.delta_commit`), its key index and its compaction plan from;
+- `replay`: the files the newest version holds (each live add's data file and its deletion vector's
+  file) and the removed ones the log still records, with the time of their removal: what
+  `binlake.lake.retention` keeps and removes by.
+
+Read here rather than through delta-rs, whose Python API gives neither a live add's deletion vector
+nor any tombstone. Both read the newest checkpoint at or below the version (one Parquet file, or every
+part of a multi-part one), then each commit after it, in order, an action replacing an earlier one of
+the same file (the protocol's action reconciliation). A checkpoint holds the live adds and the
+tombstones younger than the table's `delta.deletedFileRetentionDuration` (7 days by default); older
+ones are dropped from it, and their files count as never committed (see retention).
+
+A log binlake cannot read whole (no commit, a v2 checkpoint, a commit missing after the newest
+checkpoint, a file another process removes while it is read) raises UnreadableLog, a ValueError: the
+caller then writes and removes nothing.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -20,6 +35,16 @@ import numpy as np
 from binlake.lake.deletion_vectors import Positions, read
 
 LOG = "_delta_log"
+_COMMIT = re.compile(r"(\d{20})\.json")
+_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
+_V2 = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
+# Z85, the Base85 variant the protocol encodes a deletion vector's UUID in
+Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+_Z85_VALUE = {c: i for i, c in enumerate(Z85)}
+
+
+class UnreadableLog(ValueError):
+    """The log of a table cannot be read whole here (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -35,20 +60,13 @@ class Snapshot:
 
     @classmethod
     def read(cls, location: str | Path, version: int | None = None) -> Snapshot:
-        """The table at `location` at `version` (its newest by default): the newest checkpoint at or
-        below it, then each commit after, a commit's removes before its adds (a commit may remove a
-        file's add with one DV and add it with another)."""
-        log = Path(location) / LOG
-        names = os.listdir(log)
-        commits = sorted(int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n)))
-        if not commits:
-            raise FileNotFoundError(f"{log} holds no commit")
-        version = commits[-1] if version is None else version
-        start, parts = _checkpoint(log, names, version)
+        """The table at `location` at `version` (its newest by default). A commit's removes go before
+        its adds: a commit may remove a file's add with one DV and add it with another."""
+        log, version, start, parts = _log(location, version)
         protocol: dict[str, Any] = {}
         metadata: dict[str, Any] = {}
         files: dict[str, dict[str, Any]] = {}
-        for kind, action in _checkpoint_actions(log, parts):
+        for kind, action in _checkpoint_actions(log, parts, ("add", "metaData", "protocol")):
             if kind == "add":
                 files[action["path"]] = action
             elif kind == "metaData":
@@ -56,7 +74,7 @@ class Snapshot:
             elif kind == "protocol":
                 protocol = action
         for v in range(start + 1, version + 1):
-            actions = [json.loads(line) for line in (log / f"{v:020d}.json").read_text().splitlines() if line]
+            actions, _ = _commit(log, v)
             for action in actions:
                 if "remove" in action:
                     files.pop(action["remove"]["path"], None)
@@ -90,45 +108,168 @@ class Snapshot:
             return int(stats["numRecords"])
         import pyarrow.parquet as pq
 
-        return int(pq.read_metadata(_data_path(self.location, path)).num_rows)
+        return int(pq.read_metadata(data_path(self.location, path)).num_rows)
 
 
-def _data_path(location: str | Path, path: str) -> Path:
-    parsed = urlparse(path)
-    place = unquote(parsed.path)
+@dataclass
+class LogState:
+    """A table's files by its log at `version`: absolute paths under the table's real folder (links
+    resolved: an absolute path in the log matches the same file reached through a link)."""
+
+    version: int
+    live: set[str] = field(default_factory=set)
+    removed: dict[str, float] = field(default_factory=dict)  # path -> newest removal, seconds since the epoch
+    live_bytes: int = 0  # the data files' sizes the live adds record (deletion vectors not counted)
+
+
+def replay(location: str) -> LogState:
+    """The files the local table at `location` holds at its newest version, and those it removed."""
+    log, newest, start, parts = _log(location, None)
+    root = os.path.realpath(location)
+    latest: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    for kind, action in _checkpoint_actions(log, parts, ("add", "remove")):
+        latest[(action["path"], _dv_id(action.get("deletionVector")))] = (kind, action)
+    for v in range(start + 1, newest + 1):
+        actions, written_at = _commit(log, v)
+        for action in actions:
+            if "add" in action:
+                kind, act = "add", action["add"]
+            elif "remove" in action:
+                kind, act = "remove", action["remove"]
+                if act.get("deletionTimestamp") is None:  # optional: the commit's own time then
+                    act = {**act, "deletionTimestamp": int(written_at * 1000)}
+            else:
+                continue
+            latest[(act["path"], _dv_id(act.get("deletionVector")))] = (kind, act)
+    state = LogState(newest)
+    for kind, action in latest.values():
+        named = [_local(root, action["path"]), dv_file(root, action.get("deletionVector"))]
+        if kind == "add":
+            state.live.update(p for p in named if p)
+            state.live_bytes += int(action.get("size") or 0)
+            continue
+        at = (action.get("deletionTimestamp") or 0) / 1000
+        for p in named:
+            if p:
+                state.removed[p] = max(at, state.removed.get(p, 0.0))
+    return state
+
+
+def data_path(location: str | Path, path: str) -> Path:
+    """The local path of the data file an add action names (relative and percent-encoded, or absolute)."""
+    place = unquote(urlparse(path).path)
     return Path(place) if os.path.isabs(place) else Path(location) / place
 
 
-_COMMIT = re.compile(r"(\d{20})\.json")
-_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
-_V2_CHECKPOINT = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
+def z85_uuid(text: str) -> uuid.UUID:
+    """The UUID the 20 characters `text` encode in Z85 (each 5 characters, 4 bytes, big-endian)."""
+    if len(text) != 20:
+        raise ValueError(f"a Z85-encoded UUID has 20 characters, not {len(text)}: {text!r}")
+    raw = b""
+    for at in range(0, 20, 5):
+        value = 0
+        for c in text[at:at + 5]:
+            value = value * 85 + _Z85_VALUE[c]
+        raw += value.to_bytes(4, "big")
+    return uuid.UUID(bytes=raw)
+
+
+def dv_file(root: str, dv: dict[str, Any] | None) -> str | None:
+    """The absolute path of the file holding the deletion vector `dv` (an action's `deletionVector`),
+    None for one inline in the log, or for none."""
+    if not dv or dv.get("storageType") == "i":
+        return None
+    stored = dv["pathOrInlineDv"]
+    if dv["storageType"] == "p":
+        return _local(root, stored)
+    if dv["storageType"] != "u":
+        raise UnreadableLog(f"a deletion vector is stored as {dv['storageType']!r}, which binlake does not know")
+    prefix, name = stored[:-20], f"deletion_vector_{z85_uuid(stored[-20:])}.bin"
+    return os.path.normpath(os.path.join(root, prefix, name))
+
+
+def _local(root: str, path: str) -> str:
+    """The absolute local path of an action's `path` under the table's real folder `root` (links in an
+    absolute path resolved); another scheme's path as it is (no file under the table's folder)."""
+    parsed = urlparse(path)
+    if parsed.scheme not in ("file", ""):
+        return path
+    place = unquote(parsed.path)
+    return os.path.realpath(place) if os.path.isabs(place) else os.path.normpath(os.path.join(root, place))
+
+
+def _dv_id(dv: dict[str, Any] | None) -> str:
+    if not dv:
+        return ""
+    offset = dv.get("offset")
+    return f"{dv['storageType']}{dv['pathOrInlineDv']}" + ("" if offset is None else f"@{offset}")
+
+
+def _log(location: str | Path, version: int | None) -> tuple[Path, int, int, list[str]]:
+    """The table's log folder, the version read (the newest by default), and the newest checkpoint at
+    or below it: its version (-1 for none) and files. Every commit after that checkpoint is there."""
+    log = Path(location) / LOG
+    try:
+        names = os.listdir(log)
+    except OSError as exc:
+        raise UnreadableLog(f"{log} cannot be listed: {exc}") from None
+    commits = {int(m.group(1)) for n in names if (m := _COMMIT.fullmatch(n))}
+    if not commits:
+        raise UnreadableLog(f"{log} holds no commit")
+    version = max(commits) if version is None else version
+    start, parts = _checkpoint(log, names, version)
+    missing = sorted(set(range(start + 1, version + 1)) - commits)
+    if missing:
+        after = f"checkpoint {start}" if start >= 0 else "no checkpoint"
+        raise UnreadableLog(f"{log} misses commit {missing[0]} (after {after})")
+    return log, version, start, parts
 
 
 def _checkpoint(log: Path, names: list[str], version: int) -> tuple[int, list[str]]:
-    """The newest checkpoint at or below `version` (one file, or all the parts of a multi-part one):
-    its version and files, or -1 and none."""
+    """The newest complete checkpoint at or below `version` (one file, or all the parts of a
+    multi-part one): its version and files, or -1 and none."""
     found: dict[int, list[str]] = {}
+    parts: dict[tuple[int, int], list[str]] = {}
     for name in names:
-        if (m := _V2_CHECKPOINT.fullmatch(name)) and int(m.group(1)) <= version:
-            raise ValueError(f"{log / name} is a v2 checkpoint, which binlake does not read")
         if (m := _CHECKPOINT.fullmatch(name)) and int(m.group(1)) <= version:
-            found.setdefault(int(m.group(1)), []).append(name)
-    complete = [v for v, files in found.items() if len(files) == int(_parts(files[0]) or 1)]
-    return (max(complete), sorted(found[max(complete)])) if complete else (-1, [])
+            if m.group(3) is None:
+                found.setdefault(int(m.group(1)), [name])
+            else:
+                parts.setdefault((int(m.group(1)), int(m.group(3))), []).append(name)
+        elif (m := _V2.fullmatch(name)) and int(m.group(1)) <= version:
+            found.setdefault(int(m.group(1)), [name])
+    for (at, count), files in parts.items():
+        if len(set(files)) == count:
+            found.setdefault(at, sorted(files))
+    if not found:
+        return -1, []
+    newest = max(found)
+    if _V2.fullmatch(found[newest][0]):
+        raise UnreadableLog(f"{log / found[newest][0]} is a v2 checkpoint, which binlake does not read")
+    return newest, found[newest]
 
 
-def _parts(name: str) -> str | None:
-    """How many parts the checkpoint file `name` is one of (None: a single file)."""
-    m = _CHECKPOINT.fullmatch(name)
-    return m.group(3) if m else None
+def _commit(log: Path, version: int) -> tuple[list[dict[str, Any]], float]:
+    """The actions of commit `version`, and the time its file was written."""
+    path = log / f"{version:020d}.json"
+    try:
+        text = path.read_text()
+        written_at = path.stat().st_mtime
+    except OSError as exc:
+        raise UnreadableLog(f"commit {path.name} cannot be read: {exc}") from None
+    return [json.loads(line) for line in text.splitlines() if line], written_at
 
 
-def _checkpoint_actions(log: Path, parts: list[str]) -> Iterable[tuple[str, dict[str, Any]]]:
+def _checkpoint_actions(log: Path, parts: list[str], kinds: tuple[str, ...]) -> Iterable[tuple[str, dict[str, Any]]]:
+    """The checkpoint's actions of `kinds`, each as its commit's JSON has it."""
     import pyarrow.parquet as pq
 
     for name in parts:
-        table = pq.read_table(log / name, columns=["add", "metaData", "protocol"])
-        for kind in ("add", "metaData", "protocol"):
+        try:
+            table = pq.read_table(log / name, columns=list(kinds))
+        except (OSError, ValueError) as exc:
+            raise UnreadableLog(f"checkpoint {name} cannot be read: {exc}") from None
+        for kind in kinds:
             for action in table.column(kind).to_pylist():
                 if action is not None:
                     yield kind, _plain(action)
@@ -144,3 +285,4 @@ def _plain(value: Any) -> Any:
         return value
     return {k: dict(v) if k in _MAPS else _plain(v) for k, v in value.items()
             if v is not None and not k.endswith("_parsed")}
+
