@@ -166,6 +166,27 @@ def test_status_text_shows_the_last_batch_and_the_last_error() -> None:
     assert lines[-1] == "last error (SchemaChangedError, 1970-01-03 00:00:00 UTC): captured table db.t changed; ..."
 
 
+def test_status_text_shows_each_table_s_upkeep() -> None:
+    from binlake.commands.status import render
+
+    now = time.time()
+    bronze = {"location": "/lake/bronze/db__t", "files": 6, "bytes": 2_100_000, "last_compaction": now - 12,
+              "waiting_bytes": 0, "last_retention": now - 60}
+    silver = {"location": "/lake/silver/db__t", "files": 3, "bytes": 120_000_000, "last_compaction": None,
+              "waiting_bytes": 40_000_000, "last_retention": now - 60}
+    table = {"source": "db.t", "phase": "binlog", "chunks": {"done": 1, "planned": 1}, "rows": 10,
+             "binlog": {"position": "mysql-bin.000002:910", "lag_seconds": 0.0},
+             "bronze": {"location": bronze["location"]}, "silver": {"location": silver["location"]},
+             "maintenance": {"bronze": bronze, "silver": silver}}
+    report = {"source": {"reachable": True, "stored": None, "now": "mariadb 10.11 (server_id 1)", "history": None},
+              "stream": {"position": None, "last_batch_at": None}, "tables": [table]}
+    lines = render(report).splitlines()
+    assert lines[-2] == "  bronze /lake/bronze/db__t (6 files, 2.1 MB; compacted 12 s ago)"
+    assert lines[-1] == "  silver /lake/silver/db__t (3 files, 120.0 MB; 40.0 MB waiting for retention)"
+    silver.update(files=None, bytes=None, waiting_bytes=None)  # a silver behind a URI, no pass yet
+    assert render(report).splitlines()[-1] == "  silver /lake/silver/db__t"
+
+
 class Query:
     def __init__(self, message: str, data: bool) -> None:
         self.status = {"message": message, "isDataAvailable": data, "isTriggerActive": False}

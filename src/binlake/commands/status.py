@@ -240,7 +240,7 @@ def _source(ctx: Context, lineage: Lineage | None, seen: Look) -> dict[str, Any]
 
 
 def render(report: dict[str, Any]) -> str:
-    src, stream = report["source"], report["stream"]
+    src, stream, now = report["source"], report["stream"], time.time()
     if not src["reachable"]:
         stored = f" (positions stored from {src['stored']})" if src["stored"] else ""
         lines = [f"source: unreachable, its binlog head and the lag unknown{stored}: {src['error']}"]
@@ -265,8 +265,9 @@ def render(report: dict[str, Any]) -> str:
         lag = "-" if b["lag_seconds"] is None else f"{b['lag_seconds']}s"
         lines.append(
             f"{t['source']}: {t['phase']}, chunks {t['chunks']['done']}/{t['chunks']['planned']}, rows {t['rows']}, "
-            f"binlog {b['position'] or '-'} (lag {lag})\n  bronze {t['bronze']['location']}\n  silver {t['silver']['location']}"
-        )
+            f"binlog {b['position'] or '-'} (lag {lag})")
+        for kind in ("bronze", "silver"):
+            lines.append(f"  {kind} {t[kind]['location']}{maintenance.summary(t['maintenance'][kind], now)}")
     failed = report.get("last_error")
     if failed:
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(failed["at"]))

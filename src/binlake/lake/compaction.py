@@ -44,7 +44,6 @@ from binlake.lake import arrow_commit, storage
 from binlake.lake.delta_commit import commit, data_file
 from binlake.lake.table_log import Snapshot, data_path
 from binlake.lake.key_index import KeyIndex, indexable
-from binlake.lake.storage import Location
 from binlake.lake.target import Target
 from binlake.schema import TableSchema
 
@@ -62,8 +61,6 @@ SILVER_SMALL_FILES = 32
 MARKED_SHARE = 0.3
 # the bytes below which a bronze file is in the lowest tier
 TIER_BASE = 64 * 1024
-# the record of each table's last steps, in the lake's `_binlake` folder
-RECORD = "compaction.json"
 
 
 @dataclass(frozen=True)
@@ -285,7 +282,7 @@ class Compaction:
     def _record(self, name: str, side: str, step: Step) -> None:
         log.info("%s: %s compacted, %d files into %d in %.1fs", name, side, step.removed, step.added, step.seconds)
         with self.lock:
-            place = record_location(self.target)
+            place = self.target.compaction_record
             try:
                 record = json.loads(place.read_text()) if place.exists() else {}
             except ValueError:
@@ -294,14 +291,10 @@ class Compaction:
             place.write_text(json.dumps(record))
 
 
-def record_location(target: Target) -> Location:
-    """Where the lake records each table's last compaction step."""
-    return target.storage("/".join([str(target.root).rstrip("/"), "_binlake", RECORD]))
-
 
 def last_steps(target: Target) -> dict[str, dict[str, Any]]:
     """Each table's last compaction steps, by source table and side (bronze, silver), as recorded."""
     try:
-        return dict(json.loads(record_location(target).read_text()))
+        return dict(json.loads(target.compaction_record.read_text()))
     except (FileNotFoundError, ValueError):
         return {}

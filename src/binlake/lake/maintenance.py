@@ -41,3 +41,23 @@ def report(target: Target, names: list[str], silver: dict[str, TableFiles]) -> d
 
     return {name: {"bronze": side(name, "bronze", bronze[name]), "silver": side(name, "silver", silver.get(name))}
             for name in names}
+
+
+def summary(side: dict[str, Any], now: float) -> str:
+    """One side's upkeep as `binlake status` prints it after the table's location, e.g.
+    ` (6 files, 2.1 MB; compacted 12 s ago; 40.0 MB waiting for retention)`; empty when nothing is known."""
+    parts = []
+    if side["files"] is not None:
+        parts.append(f"{side['files']} files, {_size(side['bytes'])}")
+    if side["last_compaction"]:
+        parts.append(f"compacted {max(0, round(now - side['last_compaction']))} s ago")
+    if side["waiting_bytes"]:
+        parts.append(f"{_size(side['waiting_bytes'])} waiting for retention")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"

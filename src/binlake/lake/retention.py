@@ -66,7 +66,6 @@ from binlake import duration, faults
 from binlake.config import Config
 from binlake.lake import storage
 from binlake.lake.table_log import UnreadableLog, replay
-from binlake.lake.storage import Location
 from binlake.lake.target import Target
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,6 @@ log = logging.getLogger(__name__)
 # seconds of removing one pass may take between two micro-batches (the rest is the next pass's)
 BUDGET = 2.0
 LOG = "_delta_log"
-RECORD = "retention.json"
 
 
 @dataclass(frozen=True)
@@ -287,15 +285,11 @@ def _waiting_by_spark(location: str, session: Callable[[], Any] | None) -> int:
     return max(0, int(whole) - int(logged) - int(live or 0))
 
 
-def record_location(target: Target) -> Location:
-    """Where the lake records each table's last retention pass."""
-    return target.storage("/".join([str(target.root).rstrip("/"), "_binlake", RECORD]))
-
 
 def last_passes(target: Target) -> dict[str, Cleaned]:
     """Each table's last retention pass, by its location, as the lake records them (for `status`)."""
     try:
-        data = json.loads(record_location(target).read_text())
+        data = json.loads(target.retention_record.read_text())
     except FileNotFoundError:
         return {}
     return {location: Cleaned.from_dict(entry) for location, entry in data.get("tables", {}).items()}
@@ -393,4 +387,4 @@ class Retention:
 
     def _save(self) -> None:
         record = {"tables": {location: p.to_dict() for location, p in self.passes.items()}}
-        record_location(self.target).write_text(json.dumps(record, indent=1, sort_keys=True))
+        self.target.retention_record.write_text(json.dumps(record, indent=1, sort_keys=True))

@@ -118,6 +118,16 @@ class Target:
         return self._file("error.json")
 
     @property
+    def compaction_record(self) -> Location:
+        """Each table's last compaction steps (binlake.lake.compaction)."""
+        return self._file("compaction.json")
+
+    @property
+    def retention_record(self) -> Location:
+        """Each table's last retention pass (binlake.lake.retention)."""
+        return self._file("retention.json")
+
+    @property
     def checkpoint_files(self) -> Location:
         """The stream checkpoint's folder, for binlake's own reads of it (binlake.lake.checkpoint)."""
         return self.storage(self.checkpoint)
