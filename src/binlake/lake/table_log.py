@@ -35,6 +35,8 @@ import numpy as np
 from binlake.lake.deletion_vectors import Positions, read
 
 LOG = "_delta_log"
+# the newest Snapshot this process read of each table, by location: the next read starts from it
+_LAST: dict[str, Snapshot] = {}
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
 _V2 = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
@@ -57,22 +59,31 @@ class Snapshot:
     protocol: dict[str, Any]
     metadata: dict[str, Any]
     files: dict[str, dict[str, Any]]
+    tip: tuple[int, int] | None = None  # its version's commit file: (inode, modification time in ns)
 
     @classmethod
     def read(cls, location: str | Path, version: int | None = None) -> Snapshot:
         """The table at `location` at `version` (its newest by default). A commit's removes go before
-        its adds: a commit may remove a file's add with one DV and add it with another."""
-        log, version, start, parts = _log(location, version)
-        protocol: dict[str, Any] = {}
-        metadata: dict[str, Any] = {}
-        files: dict[str, dict[str, Any]] = {}
-        for kind, action in _checkpoint_actions(log, parts, ("add", "metaData", "protocol")):
-            if kind == "add":
-                files[action["path"]] = action
-            elif kind == "metaData":
-                metadata = action
-            elif kind == "protocol":
-                protocol = action
+        its adds: a commit may remove a file's add with one DV and add it with another. The newest
+        version is read on from the last one this process read of the table, when that one's commit is
+        still the same file (a table made again at the same place is read whole)."""
+        log = Path(location) / LOG
+        last = _LAST.get(str(location)) if version is None else None
+        if last is not None and last.tip is not None and last.tip == _tip(log, last.version):
+            protocol, metadata, files, start = last.protocol, last.metadata, dict(last.files), last.version
+            version = start
+            while (log / f"{version + 1:020d}.json").exists():
+                version += 1
+        else:
+            log, version, start, parts = _log(location, version)
+            protocol, metadata, files = {}, {}, {}
+            for kind, action in _checkpoint_actions(log, parts, ("add", "metaData", "protocol")):
+                if kind == "add":
+                    files[action["path"]] = action
+                elif kind == "metaData":
+                    metadata = action
+                elif kind == "protocol":
+                    protocol = action
         for v in range(start + 1, version + 1):
             actions, _ = _commit(log, v)
             for action in actions:
@@ -81,7 +92,11 @@ class Snapshot:
                 protocol = action.get("protocol", protocol)
                 metadata = action.get("metaData", metadata)
             files.update((a["add"]["path"], a["add"]) for a in actions if "add" in a)
-        return cls(str(location), version, protocol, metadata, files)
+        snapshot = cls(str(location), version, protocol, metadata, files, _tip(log, version))
+        newest = _LAST.get(str(location))
+        if newest is None or version >= newest.version:
+            _LAST[str(location)] = snapshot
+        return snapshot
 
     def deleted(self, path: str) -> Positions:
         """The rows of the live file `path` its DV marks deleted (none without one)."""
@@ -223,6 +238,15 @@ def _log(location: str | Path, version: int | None) -> tuple[Path, int, int, lis
         after = f"checkpoint {start}" if start >= 0 else "no checkpoint"
         raise UnreadableLog(f"{log} misses commit {missing[0]} (after {after})")
     return log, version, start, parts
+
+
+def _tip(log: Path, version: int) -> tuple[int, int] | None:
+    """Which file commit `version` is: its inode and modification time (None when it is gone)."""
+    try:
+        st = (log / f"{version:020d}.json").stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def _checkpoint(log: Path, names: list[str], version: int) -> tuple[int, list[str]]:
