@@ -44,22 +44,42 @@ def _key_ranges(location: str) -> list[tuple[int, int]]:
     return sorted((int(f.keys[f.live][0]), int(f.keys[f.live][-1])) for f in index.files.values() if f.live.any())
 
 
-def test_silver_comes_back_to_few_files_in_key_order(spark: Any, tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    location = str(tmp_path / "silver")
-    expected = _marked_silver(location, compaction.SILVER_SMALL_FILES + 4, monkeypatch)
-    before = len(Snapshot.read(location).files)
-    assert before >= compaction.SILVER_SMALL_FILES + 1
+def _pool(location: str) -> list[str]:
+    return [p for p, a in Snapshot.read(location).files.items() if (a.get("tags") or {}).get("binlake.pool")]
+
+
+def _compacted(location: str) -> list[compaction.Step]:
+    """Steps until none is due."""
     steps = []
     index = KeyIndex("id")
     while (step := compaction.compact_silver(location, "id", FILE_SIZE, index)) is not None:
         steps.append(step)
-        assert len(steps) < 20, "compaction does not converge"
+        assert len(steps) < 40, "compaction does not converge"
+    return steps
+
+
+def test_silver_comes_back_to_few_files_in_key_order(spark: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    location = str(tmp_path / "silver")
+    batches = 4 * compaction.SMALL_FILES + 4
+    expected = _marked_silver(location, batches, monkeypatch)
+    before = len(Snapshot.read(location).files)
+    assert len(_pool(location)) == batches == before - 1  # each marked batch's file is the pool's
+
+    # while the pool is a small share of the table, its files are merged among themselves: no tier full
+    monkeypatch.setattr(compaction, "POOL_SHARE", 0.5)
+    steps = _compacted(location)
     assert steps, "compaction never ran"
+    pool = _pool(location)
+    assert len(pool) < 2 * compaction.SMALL_FILES and len(Snapshot.read(location).files) == len(pool) + 1
+    assert _delta_rs_rows(location) == expected
+
+    # once it is more, its rows go back into their key ranges: the files' ranges no longer overlap
+    monkeypatch.setattr(compaction, "POOL_SHARE", 0.0)
+    steps += _compacted(location)
     after = Snapshot.read(location)
-    assert len(after.files) < compaction.SILVER_SMALL_FILES and len(after.files) < before
+    assert not _pool(location) and len(after.files) < 8
     ranges = _key_ranges(location)
-    # the small files' rows went back into their key ranges: the files' ranges no longer overlap
     assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:])), ranges
     assert _delta_rs_rows(location) == expected
     assert _spark_rows(spark, location) == expected
@@ -86,7 +106,7 @@ compaction.compact_silver(sys.argv[1], "id", int(sys.argv[2]), KeyIndex("id"))
 def test_a_step_killed_before_its_commit_leaves_the_table_as_it_was(spark: Any, tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     location = str(tmp_path / "silver")
-    expected = _marked_silver(location, compaction.SILVER_SMALL_FILES + 1, monkeypatch)
+    expected = _marked_silver(location, compaction.SMALL_FILES + 1, monkeypatch)
     version = Snapshot.read(location).version
     step = subprocess.Popen([sys.executable, "-c", KILLED_STEP, location, str(FILE_SIZE)], stdout=subprocess.PIPE,
                             text=True, env={**os.environ})

@@ -9,16 +9,20 @@ to, so its small files are merged as they are, a tier of files of about one size
 tables with column mapping, as binlake's are). 
 
 Silver's marked batches (`binlake.lake.marked_merge`) each add a small file of new images at keys
-anywhere in the table and mark the old rows in the large files' deletion vectors, so over time the
-large files fill with marked rows and the small ones span every key, and a read filtered by key
-prunes less. A step takes one range of the key space -- a run of large
-files in key order of at most a quarter of `lake.file-size`, and the keys up to the next run's first
--- and writes it again whole: those files' live rows with every live row of the small files in the
-range, sorted by key, as new files of about `lake.file-size`; in the same commit it removes the large
-files and marks the rows it took in the small files, so a small file whose every row was taken leaves
-the table once each range has had its step. Each step costs a quarter of the file size, not the table;
-the range chosen is the one with the most rows to gain (marked rows dropped, small-file rows taken in). A table of small
-files alone is written again as one range.
+anywhere in the table, tagged as the "pool" (`POOL`), and mark the old rows in the other files'
+deletion vectors. Two kinds of step keep it few files in key order:
+- the pool's files are merged among themselves as bronze's are, a tier at a time (their live rows, by
+  key), so they stay few however many batches land;
+- once the pool holds more than POOL_SHARE of the table's live rows (or a file out of it has
+  MARKED_SHARE of its rows marked), one range of the key space -- a run of files out of the pool in key
+  order of at most a quarter of `lake.file-size`, and the keys up to the next run's first -- is written
+  again whole: those files' live rows with the pool's rows in the range, sorted by key, as new files
+  out of the pool; the same commit removes the range's files and marks the rows it took in the pool's.
+  The range chosen is the one with the most rows to gain (marked rows dropped, pool rows taken in).
+A step of either kind costs what it writes, not the table, and a changed row is written again in key
+order about 1 / POOL_SHARE times (and a few times in the pool's tiers); a read filtered by key skips
+every file out of the pool whose range misses it. A table of pool files alone is written again as one
+range.
 
 Steps are commits like any other: a crash leaves one whole or none, and files written for a step that
 did not commit are removed by retention (`binlake.lake.retention`). They run in the thread that lands
@@ -44,20 +48,22 @@ from binlake.lake import arrow_commit, storage
 from binlake.lake.delta_commit import commit, data_file
 from binlake.lake.table_log import Snapshot, data_path
 from binlake.lake.key_index import KeyIndex, indexable
+from binlake.lake.marked_merge import POOL
 from binlake.lake.target import Target
 from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
-# a silver file smaller than this share of the target size, and than the largest file over SILVER_SMALL_FILES, is small
+# a silver key range holds at most this share of the target size
 SMALL_SHARE = 0.25
-# a bronze tier is merged once it holds this many files
+# a tier of bronze files, or of silver's pool files, is merged once it holds this many files
 SMALL_FILES = 8
-# a silver step is due once the table has this many small files: each step rewrites a range of large
-# files, so the more small rows it takes in, the less it costs a change (at 1M rows under 2,000
-# changes/s, a step every 8 batches spent most of the stream's CPU on rewrites)
-SILVER_SMALL_FILES = 32
-# or once a large file has this share of its rows marked
+# a silver range is written again once the pool holds more than this share of the table's live rows:
+# a range's step takes in the pool's rows in it, so each changed row is written again in key order
+# about 1 / POOL_SHARE times (with a step every 32 batches, at 1M rows under 2,000 changes/s, it was
+# 16 times, and compaction was a quarter of the stream's CPU)
+POOL_SHARE = 0.2
+# or once a file out of the pool has this share of its rows marked
 MARKED_SHARE = 0.3
 # the bytes below which a bronze file is in the lowest tier
 TIER_BASE = 64 * 1024
@@ -114,22 +120,47 @@ def _crowded_tier(sizes: dict[str, int], file_size: int) -> list[str]:
 def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
                    snapshot: Snapshot | None = None) -> Step | None:
     """One step of the local silver table's compaction (see the module), `index` its key index, when
-    it is due; None otherwise."""
+    one is due: a tier of pool files merged, else a key range written again; None otherwise."""
     snapshot = snapshot or Snapshot.read(location)
     if not indexable(snapshot, [key]) or not snapshot.flat:
         return None
-    sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
-    below = min(SMALL_SHARE * file_size, max(sizes.values(), default=0) / SILVER_SMALL_FILES)
-    small = {p for p, size in sizes.items() if size < below}
-    heavy = [p for p in snapshot.files if p not in small and _marked_share(snapshot, p) >= MARKED_SHARE]
-    if len(small) < SILVER_SMALL_FILES and not heavy:
+    pool = {p for p, a in snapshot.files.items() if (a.get("tags") or {}).keys() & POOL.keys()}
+    tier = _crowded_tier({p: int(snapshot.files[p].get("size") or 0) for p in pool}, file_size)
+    if tier:
+        return _merged_pool(snapshot, key, tier, file_size)
+    live = {p: snapshot.num_records(p) - _marked(snapshot, p) for p in snapshot.files}
+    pooled = sum(live[p] for p in pool)
+    heavy = any(_marked(snapshot, p) >= MARKED_SHARE * snapshot.num_records(p) for p in snapshot.files if p not in pool)
+    if not heavy and pooled <= POOL_SHARE * sum(live.values()):
         return None
+    return _range_step(snapshot, key, pool, file_size, index)
+
+
+def _merged_pool(snapshot: Snapshot, key: str, tier: list[str], file_size: int) -> Step:
+    """The pool files `tier` merged into one (their live rows, by key), still in the pool."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    began = time.monotonic()
+    rows = pa.concat_tables([_live_rows(snapshot, p, None) for p in tier], promote_options="permissive")
+    rows = rows.take(pc.sort_indices(rows, [(key, "ascending")]))
+    adds = _written(snapshot, rows, file_size, POOL)
+    marks = {p: np.arange(snapshot.num_records(p), dtype=np.int64) for p in tier}
+    commit(snapshot, marks, adds, operation="OPTIMIZE", parameters={"predicate": "pool files"}, data_change=False)
+    return Step(snapshot.location, time.time(), len(tier), len(adds), round(time.monotonic() - began, 3))
+
+
+def _range_step(snapshot: Snapshot, key: str, pool: set[str], file_size: int, index: KeyIndex) -> Step | None:
+    """One key range written again: its files' live rows and the pool's rows in the range, by key, as
+    new files out of the pool; the range with the most rows to gain (marked rows dropped, pool rows
+    taken in). A table of pool files alone is written again as one range."""
     began = time.monotonic()
     index.sync(snapshot)
-    small |= {p for p in snapshot.files if not index.files[p].keys.size}
-    ranges = _ranges(index, [p for p in snapshot.files if p not in small], sizes, SMALL_SHARE * file_size)
-    files, lo, hi = max(ranges, key=lambda r: _gain(snapshot, index, small, *r)) if ranges else ([], None, None)
-    taken = {p: _in_range(index, p, lo, hi) for p in small}
+    sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
+    pool = pool | {p for p in snapshot.files if not index.files[p].keys.size}
+    ranges = _ranges(index, [p for p in snapshot.files if p not in pool], sizes, SMALL_SHARE * file_size)
+    files, lo, hi = max(ranges, key=lambda r: _gain(snapshot, index, pool, *r)) if ranges else ([], None, None)
+    taken = {p: _in_range(index, p, lo, hi) for p in pool}
     taken = {p: rows for p, rows in taken.items() if rows.size}
     if not files and len(taken) < 2:
         return None
@@ -145,7 +176,7 @@ def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
            data_change=False)
     removed = len(files) + sum(
         1 for p, r in taken.items() if r.size + snapshot.deleted(p).size >= snapshot.num_records(p))
-    return Step(location, time.time(), removed, len(adds), round(time.monotonic() - began, 3))
+    return Step(snapshot.location, time.time(), removed, len(adds), round(time.monotonic() - began, 3))
 
 
 def _ranges(index: KeyIndex, large: list[str], sizes: dict[str, int], most: float) -> list[tuple[list[str], Any, Any]]:
@@ -164,9 +195,9 @@ def _ranges(index: KeyIndex, large: list[str], sizes: dict[str, int], most: floa
             for i, g in enumerate(groups)]
 
 
-def _marked_share(snapshot: Snapshot, path: str) -> float:
-    dv = snapshot.files[path].get("deletionVector") or {}
-    return int(dv.get("cardinality") or 0) / max(1, snapshot.num_records(path))
+def _marked(snapshot: Snapshot, path: str) -> int:
+    """The rows of the live file `path` its DV marks, by the log."""
+    return int((snapshot.files[path].get("deletionVector") or {}).get("cardinality") or 0)
 
 
 def _in_range(index: KeyIndex, path: str, lo: Any, hi: Any) -> Any:
@@ -180,10 +211,9 @@ def _in_range(index: KeyIndex, path: str, lo: Any, hi: Any) -> Any:
     return (places if f.rows is None else f.rows[places]).astype(np.int64)
 
 
-def _gain(snapshot: Snapshot, index: KeyIndex, small: set[str], files: list[str], lo: Any, hi: Any) -> int:
-    """What rewriting a range gains: its files' marked rows dropped and the small files' rows taken in."""
-    marked = sum(int((snapshot.files[p].get("deletionVector") or {}).get("cardinality") or 0) for p in files)
-    return marked + sum(int(_in_range(index, p, lo, hi).size) for p in small)
+def _gain(snapshot: Snapshot, index: KeyIndex, pool: set[str], files: list[str], lo: Any, hi: Any) -> int:
+    """What rewriting a range gains: its files' marked rows dropped and the pool's rows taken in."""
+    return sum(_marked(snapshot, p) for p in files) + sum(int(_in_range(index, p, lo, hi).size) for p in pool)
 
 
 def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
@@ -212,13 +242,14 @@ def _plain_types(table: Any) -> Any:
     return table if schema == table.schema else table.cast(schema)
 
 
-def _written(snapshot: Snapshot, rows: Any, file_size: int) -> list[dict[str, Any]]:
-    """`rows` written as data files of about `file_size` bytes each, in their order: their add actions."""
+def _written(snapshot: Snapshot, rows: Any, file_size: int, tags: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """`rows` written as data files of about `file_size` bytes each, in their order: their add actions
+    (with `tags`, when given)."""
     if rows.num_rows == 0:
         return []
     per_row = max(1, rows.nbytes // rows.num_rows)
     step = max(1, int(file_size * 0.9) // per_row)  # Parquet is smaller than Arrow: files stay under the size
-    return [data_file(snapshot, rows.slice(at, step)) for at in range(0, rows.num_rows, step)]
+    return [data_file(snapshot, rows.slice(at, step), tags) for at in range(0, rows.num_rows, step)]
 
 
 # seconds between two looks at whether a table's compaction is due

@@ -38,11 +38,12 @@ class CommitConflict(RuntimeFailure):
     they mark or changed the table's metadata or protocol: nothing was committed."""
 
 
-def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
+def data_file(snapshot: Snapshot, rows: Any, tags: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Write the Arrow table `rows` (the table's columns, by their names) as a new data file of the
     table of `snapshot`, with its columns' physical names under column mapping: its add action, with
     `numRecords`, null counts, and the least and greatest value of its integer and short string
-    columns (other columns have none: no file is skipped on them)."""
+    columns (other columns have none: no file is skipped on them), and `tags` (the add's, which
+    readers pass over) when given."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -64,8 +65,9 @@ def data_file(snapshot: Snapshot, rows: Any) -> dict[str, Any]:
     # Delta readers take microseconds: a timestamp read back as nanoseconds (delta-rs writes INT96, which
     # pyarrow reads so) would be written as Parquet NANOS, which Spark refuses as a plain INT64
     pq.write_table(rows, target, compression="snappy", coerce_timestamps="us", allow_truncated_timestamps=False)
-    return {"path": path, "partitionValues": {}, "size": target.stat().st_size,
-            "modificationTime": int(target.stat().st_mtime * 1000), "dataChange": True, "stats": json.dumps(stats)}
+    add = {"path": path, "partitionValues": {}, "size": target.stat().st_size,
+           "modificationTime": int(target.stat().st_mtime * 1000), "dataChange": True, "stats": json.dumps(stats)}
+    return {**add, "tags": dict(tags)} if tags else add
 
 
 def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.ArrayLike],

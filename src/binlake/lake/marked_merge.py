@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 MARK_FROM_BYTES = int(os.environ.get("BINLAKE_MARK_FROM_BYTES", str(16 * 1024 * 1024)))
 # commits another writer won in between, each planned again, before the batch goes back to the MERGE
 ATTEMPTS = 3
+# the tag of the files a marked batch adds (its add action's `tags`): rows at keys anywhere in the
+# table, which compaction merges among themselves and takes back into key order (its "pool")
+POOL = {"binlake.pool": "true"}
 
 
 def apply_marked(location: str, schema: TableSchema, changes: Any, index: KeyIndex | None) -> bool:
@@ -66,7 +69,7 @@ def apply_marked(location: str, schema: TableSchema, changes: Any, index: KeyInd
         rows = index.locate(keys)
         if touched_bytes(snapshot, rows) < MARK_FROM_BYTES:
             return False
-        adds = [data_file(snapshot, images)] if images.num_rows else []
+        adds = [data_file(snapshot, images, POOL)] if images.num_rows else []
         faults.point("mid_merge", schema.name)
         try:
             commit(snapshot, rows, adds, operation="MERGE",
