@@ -32,8 +32,10 @@ module's tests; the rest was seen by hand with delta-rs 1.6.6.)
 
 from __future__ import annotations
 
+import threading
 import uuid
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -262,8 +264,30 @@ def inline(rows: Iterable[int] | npt.ArrayLike) -> Descriptor:
 
 def read(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Positions:
     """The row positions the DV `descriptor` marks, in the table at `location`; its size, checksum
-    and cardinality checked."""
+    and cardinality checked. A DV is never written twice at one place, so the last few read are kept
+    decoded (read-only): a batch's commit, the key index and compaction each read a file's DV."""
     dv = descriptor if isinstance(descriptor, Descriptor) else Descriptor.from_dict(descriptor)
+    held = (str(location), dv.storage_type, dv.path_or_inline_dv, dv.offset, dv.size_in_bytes, dv.cardinality)
+    with _DECODED_LOCK:
+        if held in _DECODED:
+            _DECODED.move_to_end(held)
+            return _DECODED[held]
+    rows = _read(location, dv)
+    rows.flags.writeable = False
+    with _DECODED_LOCK:
+        _DECODED[held] = rows
+        while len(_DECODED) > 1 and sum(r.nbytes for r in _DECODED.values()) > DECODED_BYTES:
+            _DECODED.popitem(last=False)
+    return rows
+
+
+# bytes of decoded DVs kept (see read)
+DECODED_BYTES = 64 * 1024 * 1024
+_DECODED: OrderedDict[tuple[str, str, str, int | None, int, int], Positions] = OrderedDict()
+_DECODED_LOCK = threading.Lock()
+
+
+def _read(location: str | Path, dv: Descriptor) -> Positions:
     path = dv.file(location)
     if path is None:
         data = z85_decode(dv.path_or_inline_dv, dv.size_in_bytes)
