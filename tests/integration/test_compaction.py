@@ -143,3 +143,31 @@ def test_bronze_small_files_merge_in_seq_order(spark: Any, tmp_path: Path) -> No
              for line in f.read_text().splitlines() if "commitInfo" in line]
     assert infos[-1]["operation"] == "OPTIMIZE"
     assert compaction.compact_bronze(location, FILE_SIZE) is None  # nothing left to do
+
+
+def test_a_tier_is_merged_only_while_merging_makes_fewer_files() -> None:
+    mib = 1024 * 1024
+    small = {f"s{i}": 100 * 1024 for i in range(compaction.SMALL_FILES)}
+    assert compaction._crowded_tier(small, 128 * mib) == sorted(small)
+    # files of half the target size or more are done: eight of them merged come out as eight again
+    done = {f"d{i}": 70 * mib for i in range(compaction.SMALL_FILES)}
+    assert compaction._crowded_tier(done, 128 * mib) == []
+    assert compaction._crowded_tier({**done, **small}, 128 * mib) == sorted(small)
+
+
+def test_merged_files_are_sized_by_their_stored_bytes(tmp_path: Path) -> None:
+    """Rows that Parquet stores in a few bytes and Arrow holds in hundreds make one file, not dozens."""
+    from deltalake import DeltaTable
+    from pyspark.sql import types as T
+
+    location = str(tmp_path / "bronze")
+    struct = T.StructType([T.StructField("_seq", T.DecimalType(38, 0)), T.StructField("a value", T.StringType())])
+    assert arrow_commit.create(location, struct, {"delta.columnMapping.mode": "name"})
+    rows = 20_000
+    for batch in range(compaction.SMALL_FILES):
+        seqs = range(batch * rows, (batch + 1) * rows)
+        arrow_commit.append(DeltaTable(location), pa.table({
+            "_seq": pa.array([Decimal(s) for s in seqs], pa.decimal128(38, 0)), "a value": pa.array(["x" * 200] * rows)}))
+    assert compaction.compact_bronze(location, FILE_SIZE) is not None
+    after = Snapshot.read(location)
+    assert len(after.files) == 1 and after.num_records(next(iter(after.files))) == rows * compaction.SMALL_FILES

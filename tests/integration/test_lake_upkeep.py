@@ -19,7 +19,7 @@ import pytest
 
 from binlake.config import load
 from binlake.lake import compaction, retention
-from binlake.lake.table_log import Snapshot
+from binlake.lake.table_log import Snapshot, replay
 from binlake.lake.target import Target
 
 from .workload import (BINLAKE, CLI_ENV, ROOT, Writers, assert_quiet, bronze_duplicates, create_table, run_cli,
@@ -88,5 +88,13 @@ def test_marking_compaction_and_retention_under_writers_and_kills(dev_db: Any, d
     assert upkeep["bronze"]["files"] == len(Snapshot.read(bronze).files)
     assert upkeep["silver"]["last_compaction"] == steps["silver"]["at"]
     assert upkeep["silver"]["waiting_bytes"] is not None and upkeep["silver"]["last_retention"] is not None
+    # once retention has passed, what lies on disk beside the log is at most twice what the table holds
+    time.sleep(6)
+    for location in (silver, bronze):
+        retention.clean(location, 5.0)
+        live = sum(os.path.getsize(f) for f in replay(location).live)
+        on_disk = sum(f.stat().st_size for f in Path(location).rglob("*")
+                      if f.is_file() and "_delta_log" not in f.parts)
+        assert on_disk <= 2 * live, (location, on_disk, live, f"seed {seed}")
     print(f"upkeep on {dev_db.server}: {writers.ops} statements, silver {upkeep['silver']}, bronze "
           f"{upkeep['bronze']} (seed {seed})")

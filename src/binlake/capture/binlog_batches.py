@@ -57,6 +57,7 @@ class BinlogReader:
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.job = json.loads(options["job"])
+        self.plan: tuple[dict[str, TableSchema], dict[str, list[Split]]] | None = None  # see _plan
         self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
         # the newest offset handed out or committed: the start of the next batch where Spark (before
         # 4.2) does not pass it to latestOffset
@@ -136,8 +137,7 @@ class BinlogReader:
         params = connection_params(self.options)
         lineage = self._lineage(partition.end)
         params["epoch"] = lineage.epoch
-        schemas = {n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()}
-        splits = {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()}
+        schemas, splits = self._plan()
         handover = Handover(schemas, splits)
         patience = float(self.job.get("reconnect_timeout", 0))
         gtid_offsets = bool(self.job.get("gtid_offsets"))
@@ -172,6 +172,13 @@ class BinlogReader:
             yield from _batches(rows, values)
         finally:
             conn.close()
+
+    def _plan(self) -> tuple[dict[str, TableSchema], dict[str, list[Split]]]:
+        """The job's schemas and chunks, read from it once (a large table's chunks are thousands)."""
+        if self.plan is None:
+            self.plan = ({n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()},
+                         {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()})
+        return self.plan
 
     def commit(self, end: dict[str, Any]) -> None:
         self._watch(connection_params(self.options), end).commit(end)

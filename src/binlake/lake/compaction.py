@@ -48,12 +48,14 @@ from binlake.lake import arrow_commit, storage
 from binlake.lake.delta_commit import commit, data_file
 from binlake.lake.table_log import Snapshot, data_path
 from binlake.lake.key_index import KeyIndex, indexable
-from binlake.lake.marked_merge import POOL
 from binlake.lake.target import Target
 from binlake.schema import TableSchema
 
 log = logging.getLogger(__name__)
 
+# the tag of the files a marked batch adds (their add actions' `tags`; binlake.lake.marked_merge): rows
+# at keys anywhere in the table, merged among themselves and taken back into key order (the "pool")
+POOL = {"binlake.pool": "true"}
 # a silver key range holds at most this share of the target size
 SMALL_SHARE = 0.25
 # a tier of bronze files, or of silver's pool files, is merged once it holds this many files
@@ -104,13 +106,14 @@ def compact_bronze(location: str, file_size: int, snapshot: Snapshot | None = No
 
 
 def _crowded_tier(sizes: dict[str, int], file_size: int) -> list[str]:
-    """The files of the smallest tier holding SMALL_FILES or more, of those under `file_size`; none when
-    no tier is that full. A tier spans a factor of SMALL_FILES in size, so merging a full tier makes a
-    file of the next one up: each change is written again once per tier, a few times in all, and the
-    live files stay at most SMALL_FILES a tier."""
+    """The files of the smallest tier holding SMALL_FILES or more, of those under half of `file_size`;
+    none when no tier is that full. A tier spans a factor of SMALL_FILES in size, so merging a full tier
+    makes a file of the next one up: each change is written again once per tier, a few times in all,
+    and the live files stay at most SMALL_FILES a tier. A file of half the size or more is done: merged
+    with others of its size it would come out as as many files again."""
     tiers: dict[int, list[str]] = {}
     for path, size in sizes.items():
-        if size < file_size:
+        if size < file_size / 2:
             tier = int(math.log(max(size, TIER_BASE) / TIER_BASE, SMALL_FILES))
             tiers.setdefault(tier, []).append(path)
     full = [tier for tier, paths in tiers.items() if len(paths) >= SMALL_FILES]
@@ -244,11 +247,15 @@ def _plain_types(table: Any) -> Any:
 
 def _written(snapshot: Snapshot, rows: Any, file_size: int, tags: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """`rows` written as data files of about `file_size` bytes each, in their order: their add actions
-    (with `tags`, when given)."""
+    (with `tags`, when given). A file's rows are counted by the bytes a row took in the files they were
+    read from (Parquet's, a few times smaller than Arrow's in memory)."""
     if rows.num_rows == 0:
         return []
-    per_row = max(1, rows.nbytes // rows.num_rows)
-    step = max(1, int(file_size * 0.9) // per_row)  # Parquet is smaller than Arrow: files stay under the size
+    read = [a for a in snapshot.files.values() if a.get("stats")]
+    stored = sum(int(a.get("size") or 0) for a in read)
+    counted = sum(int(json.loads(a["stats"]).get("numRecords") or 0) for a in read)
+    per_row = stored / counted if stored and counted else max(1, rows.nbytes // rows.num_rows)
+    step = max(1, int(file_size * 0.9 / per_row))  # files stay under the size
     return [data_file(snapshot, rows.slice(at, step), tags) for at in range(0, rows.num_rows, step)]
 
 

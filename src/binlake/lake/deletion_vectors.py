@@ -239,9 +239,10 @@ def write_file(location: str | Path, bitmaps: Sequence[Iterable[int] | npt.Array
     """Write the DVs of `bitmaps` (row positions each) to one new DV file of the table at `location`
     (in its folder `prefix`, if one is given): a descriptor for each."""
     file_id = uuid.uuid4()
-    descriptors, parts, at = [], [bytes([FILE_VERSION])], 1
+    descriptors, parts, at, kept = [], [bytes([FILE_VERSION])], 1, []
     for rows in bitmaps:
         rows = positions(rows)
+        kept.append(rows)
         data = serialize(rows)
         parts += [len(data).to_bytes(4, "big"), data, zlib.crc32(data).to_bytes(4, "big")]
         descriptors.append(Descriptor("u", prefix + z85_encode(file_id.bytes), len(data), int(rows.size), at))
@@ -252,6 +253,8 @@ def write_file(location: str | Path, bitmaps: Sequence[Iterable[int] | npt.Array
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "xb") as f:
             f.write(b"".join(parts))
+        for descriptor, rows in zip(descriptors, kept):
+            _keep(location, descriptor, rows)  # the next read of each (the key index's) is not decoded again
     return descriptors
 
 
@@ -267,15 +270,24 @@ def read(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Po
     and cardinality checked. A DV is never written twice at one place, so the last few read are kept
     decoded (read-only): a batch's commit, the key index and compaction each read a file's DV."""
     dv = descriptor if isinstance(descriptor, Descriptor) else Descriptor.from_dict(descriptor)
-    held = (str(location), dv.storage_type, dv.path_or_inline_dv, dv.offset, dv.size_in_bytes, dv.cardinality)
     with _DECODED_LOCK:
-        if held in _DECODED:
-            _DECODED.move_to_end(held)
-            return _DECODED[held]
-    rows = _read(location, dv)
+        held = _DECODED.get(_held(location, dv))
+        if held is not None:
+            _DECODED.move_to_end(_held(location, dv))
+            return held
+    return _keep(location, dv, _read(location, dv))
+
+
+def _held(location: str | Path, dv: Descriptor) -> tuple[str, str, str, int | None, int, int]:
+    return str(location), dv.storage_type, dv.path_or_inline_dv, dv.offset, dv.size_in_bytes, dv.cardinality
+
+
+def _keep(location: str | Path, dv: Descriptor, rows: Positions) -> Positions:
+    """`rows`, the positions `dv` marks, kept decoded (read-only) for the next read of it."""
+    rows = rows.view()
     rows.flags.writeable = False
     with _DECODED_LOCK:
-        _DECODED[held] = rows
+        _DECODED[_held(location, dv)] = rows
         while len(_DECODED) > 1 and sum(r.nbytes for r in _DECODED.values()) > DECODED_BYTES:
             _DECODED.popitem(last=False)
     return rows

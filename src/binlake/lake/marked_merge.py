@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from binlake import faults
+from binlake.lake.compaction import POOL
 from binlake.lake.delta_commit import CommitConflict, can_mark, commit, data_file
 from binlake.lake.table_log import Snapshot
 from binlake.lake.key_index import KeyIndex, indexable, table_bytes, touched_bytes
@@ -43,9 +44,6 @@ log = logging.getLogger(__name__)
 MARK_FROM_BYTES = int(os.environ.get("BINLAKE_MARK_FROM_BYTES", str(16 * 1024 * 1024)))
 # commits another writer won in between, each planned again, before the batch goes back to the MERGE
 ATTEMPTS = 3
-# the tag of the files a marked batch adds (its add action's `tags`): rows at keys anywhere in the
-# table, which compaction merges among themselves and takes back into key order (its "pool")
-POOL = {"binlake.pool": "true"}
 
 
 def apply_marked(location: str, schema: TableSchema, changes: Any, index: KeyIndex | None) -> bool:
