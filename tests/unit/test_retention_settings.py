@@ -10,7 +10,8 @@ import pytest
 
 from binlake import cli, config, duration
 from binlake.errors import ConfigError
-from binlake.lake.table_log import dv_file, z85_uuid
+from binlake.lake.deletion_vectors import z85_decode
+from binlake.lake.table_log import dv_file
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +68,7 @@ def test_the_interval_has_no_off(tmp_path: Path) -> None:
 
 def test_a_deletion_vector_s_file_by_the_protocol_s_examples() -> None:
     # the Delta protocol's example: prefix `ab`, then the Z85 of the UUID
-    assert z85_uuid("^-aqEH.-t@S}K{vb[*k^") == uuid.UUID("d2c639aa-8816-431a-aaf6-d3fe2512ff61")
+    assert uuid.UUID(bytes=z85_decode("^-aqEH.-t@S}K{vb[*k^")) == uuid.UUID("d2c639aa-8816-431a-aaf6-d3fe2512ff61")
     dv = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 4, "sizeInBytes": 40,
           "cardinality": 6}
     assert dv_file("/lake/t", dv) == "/lake/t/ab/deletion_vector_d2c639aa-8816-431a-aaf6-d3fe2512ff61.bin"

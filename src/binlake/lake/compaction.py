@@ -251,9 +251,9 @@ def _written(snapshot: Snapshot, rows: Any, file_size: int, tags: dict[str, str]
     read from (Parquet's, a few times smaller than Arrow's in memory)."""
     if rows.num_rows == 0:
         return []
-    read = [a for a in snapshot.files.values() if a.get("stats")]
-    stored = sum(int(a.get("size") or 0) for a in read)
-    counted = sum(int(json.loads(a["stats"]).get("numRecords") or 0) for a in read)
+    read = [p for p, a in snapshot.files.items() if a.get("stats")]
+    stored = sum(int(snapshot.files[p].get("size") or 0) for p in read)
+    counted = sum(snapshot.num_records(p) for p in read)
     per_row = stored / counted if stored and counted else max(1, rows.nbytes // rows.num_rows)
     step = max(1, int(file_size * 0.9 / per_row))  # files stay under the size
     return [data_file(snapshot, rows.slice(at, step), tags) for at in range(0, rows.num_rows, step)]
@@ -327,7 +327,6 @@ class Compaction:
                 record = {}
             record.setdefault(name, {})[side] = step.to_dict()
             place.write_text(json.dumps(record))
-
 
 
 def last_steps(target: Target) -> dict[str, dict[str, Any]]:

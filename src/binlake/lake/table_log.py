@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from binlake.lake.deletion_vectors import Positions, read
+from binlake.lake.deletion_vectors import Descriptor, Positions, read
 
 LOG = "_delta_log"
 # the newest Snapshot this process read of each table, by location: the next read starts from it
@@ -40,9 +39,6 @@ _LAST: dict[str, Snapshot] = {}
 _COMMIT = re.compile(r"(\d{20})\.json")
 _CHECKPOINT = re.compile(r"(\d{20})\.checkpoint(?:\.(\d{10})\.(\d{10}))?\.parquet")
 _V2 = re.compile(r"(\d{20})\.checkpoint\.[0-9a-fA-F-]{36}\.(?:json|parquet)")
-# Z85, the Base85 variant the protocol encodes a deletion vector's UUID in
-Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-_Z85_VALUE = {c: i for i, c in enumerate(Z85)}
 
 
 class UnreadableLog(ValueError):
@@ -176,19 +172,6 @@ def data_path(location: str | Path, path: str) -> Path:
     return Path(place) if os.path.isabs(place) else Path(location) / place
 
 
-def z85_uuid(text: str) -> uuid.UUID:
-    """The UUID the 20 characters `text` encode in Z85 (each 5 characters, 4 bytes, big-endian)."""
-    if len(text) != 20:
-        raise ValueError(f"a Z85-encoded UUID has 20 characters, not {len(text)}: {text!r}")
-    raw = b""
-    for at in range(0, 20, 5):
-        value = 0
-        for c in text[at:at + 5]:
-            value = value * 85 + _Z85_VALUE[c]
-        raw += value.to_bytes(4, "big")
-    return uuid.UUID(bytes=raw)
-
-
 def dv_file(root: str, dv: dict[str, Any] | None) -> str | None:
     """The absolute path of the file holding the deletion vector `dv` (an action's `deletionVector`),
     None for one inline in the log, or for none."""
@@ -199,8 +182,8 @@ def dv_file(root: str, dv: dict[str, Any] | None) -> str | None:
         return _local(root, stored)
     if dv["storageType"] != "u":
         raise UnreadableLog(f"a deletion vector is stored as {dv['storageType']!r}, which binlake does not know")
-    prefix, name = stored[:-20], f"deletion_vector_{z85_uuid(stored[-20:])}.bin"
-    return os.path.normpath(os.path.join(root, prefix, name))
+    path = Descriptor.from_dict(dv).file(root)
+    return None if path is None else os.path.normpath(path)
 
 
 def _local(root: str, path: str) -> str:
@@ -309,4 +292,3 @@ def _plain(value: Any) -> Any:
         return value
     return {k: dict(v) if k in _MAPS else _plain(v) for k, v in value.items()
             if v is not None and not k.endswith("_parsed")}
-
