@@ -126,6 +126,16 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    from binlake.capture import signals
+    from binlake.lake.target import Target
+
+    sent = signals.send(Target.of(_load(args)).signals, args.kind, args.tables)
+    print(f"signal {sent.id} ({sent.kind}) written; the running stream takes it between two micro-batches "
+          "(binlake status shows where it stands)")
+    return 0
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     report = status(_load(args))
     print(json.dumps(report, indent=2, default=str) if args.json else render(report))
@@ -189,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("resnapshot", cmd_resnapshot,
                 "snapshot tables again (bronze and silver anew); the stream keeps its place for the others")
     p.add_argument("tables", nargs="+", metavar="DB.TABLE", help="captured tables")
+    p = command("signal", cmd_signal,
+                "signal the running stream: snapshot tables beside it, pause, resume or stop such a snapshot")
+    p.add_argument("kind", choices=["execute-snapshot", "pause-snapshot", "resume-snapshot", "stop-snapshot"])
+    p.add_argument("tables", nargs="*", metavar="DB.TABLE",
+                   help="tables or source.tables patterns (execute-snapshot needs one; else every table)")
     p = command("status", cmd_status, "per table: chunks, rows, phase, binlog position and lag")
     p.add_argument("--json", action="store_true", help="one JSON object")
     command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")

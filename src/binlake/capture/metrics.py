@@ -100,6 +100,12 @@ class Metrics:
                             "changes landed", ["table", "phase"], registry=r)
         self.planned = Gauge("binlake_chunks_planned", "Snapshot chunks planned", ["table"], registry=r)
         self.done = Gauge("binlake_chunks_done", "Snapshot chunks done", ["table"], registry=r)
+        self.side_chunks = Gauge("binlake_side_snapshot_chunks_done", "Chunks landed by the table's snapshot beside "
+                                 "the stream", ["table"], registry=r)
+        self.side_rows = Gauge("binlake_side_snapshot_rows", "Rows landed by the table's snapshot beside the stream",
+                               ["table"], registry=r)
+        self.side_running = Gauge("binlake_side_snapshot_running", "1 while the table's snapshot beside the stream "
+                                  "runs, 0 once paused, stopped or done", ["table"], registry=r)
         self.behind = Behind()
         r.register(self.behind)
         self.batch_seconds = Histogram("binlake_micro_batch_duration_seconds", "Seconds a micro-batch took to land "
@@ -151,6 +157,13 @@ def chunks(table: str, planned: int, done: int) -> None:
 def snapshot_rows(table: str, rows: int) -> None:
     """`rows` more rows of `table` read by the snapshot."""
     _metrics.rows.labels(table=table, phase="snapshot").inc(rows)
+
+
+def side_snapshot(table: str, chunks: int, rows: int, running: bool) -> None:
+    """`table`'s snapshot beside the stream has landed `chunks` chunks of `rows` rows, and runs or not."""
+    _metrics.side_chunks.labels(table=table).set(chunks)
+    _metrics.side_rows.labels(table=table).set(rows)
+    _metrics.side_running.labels(table=table).set(1 if running else 0)
 
 
 def streaming(tables: list[str], progress: Location) -> None:

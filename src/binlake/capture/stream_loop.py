@@ -39,6 +39,7 @@ from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 from binlake.capture.heartbeat import Heartbeat
 from binlake.capture.context import Context
 from binlake.capture.micro_batch import MicroBatch
+from binlake.capture.side_snapshot import SideSnapshots
 from binlake.errors import BinlakeError, RuntimeFailure
 from binlake.lake import checkpoint
 from binlake.lake.retention import Retention
@@ -63,6 +64,7 @@ class StreamLoop:
         self.files = ctx.target.checkpoint_files
         self.heartbeat = Heartbeat(ctx.target.stream_progress, float(ctx.cfg.get("stream.heartbeat-seconds")))
         self.retention = Retention.of(ctx.cfg, ctx.target, list(ctx.schemas()))
+        self.side = SideSnapshots(ctx, lambda name: each_batch.history[name][-1].schema, each_batch.index)
 
     def run(self, target: BinlogPosition | None, every: float) -> dict[str, Any] | None:
         """Land batches until one ending at `target` has committed (None: until stopped), a batch
@@ -96,8 +98,11 @@ class StreamLoop:
             else:
                 self.heartbeat.beat(begin, caught_up=True)
             self._clean()
+            # a snapshot beside the stream lands its chunks between batches: looked at again soon
+            beside = self._guarded(lambda: self.side.step(BinlogPosition.from_dict(begin)))
             if target is None or not found:
-                _pause(max(0.0, every - (time.monotonic() - began)) if target is None else 0.2)
+                wait = max(0.0, every - (time.monotonic() - began)) if target is None else 0.2
+                _pause(min(wait, 0.1) if beside else wait)
         raise stop.stopped()
 
     def _land(self, batch_id: int, begin: dict[str, Any], end: dict[str, Any], began: float) -> bool:

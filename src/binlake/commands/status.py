@@ -19,7 +19,7 @@ from typing import Any
 
 import pymysql
 
-from binlake.capture import heartbeat, metrics
+from binlake.capture import heartbeat, metrics, side_state
 from binlake.capture.context import Context
 from binlake.config import Config
 from binlake.errors import BinlakeError
@@ -98,12 +98,17 @@ def status(cfg: Config) -> dict[str, Any]:
     progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
     seen = look(ctx.cfg, lineage)
     tables = _tables(ctx, position, progress, seen)
+    beside, refused = side_state.report(ctx.target.side_snapshots)
+    for t in tables:
+        t["side_snapshot"] = beside.get(t["source"])
     return {
         "source": _source(ctx, lineage, seen),
         "stream": {"position": str(position) if position else None, "last_batch_at": _last_batch_at(progress),
                    "last_batch": progress.get("last_batch"), **heartbeat.report(progress)},
         "tables": tables,
         "last_error": metrics.last_error(ctx.target),
+        # the last signals the stream refused (binlake.capture.signals), oldest first
+        "signals_refused": refused,
     }
 
 
@@ -268,6 +273,11 @@ def render(report: dict[str, Any]) -> str:
             f"binlog {b['position'] or '-'} (lag {lag})")
         for kind in ("bronze", "silver"):
             lines.append(f"  {kind} {t[kind]['location']}{maintenance.summary(t['maintenance'][kind], now)}")
+        if t.get("side_snapshot"):
+            lines.append(side_state.summary(t["side_snapshot"]))
+    for refused in report.get("signals_refused", [])[-3:]:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(refused["at"]))
+        lines.append(f"signal refused ({at}): {refused['message']}")
     failed = report.get("last_error")
     if failed:
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(failed["at"]))

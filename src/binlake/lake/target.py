@@ -93,6 +93,20 @@ class Target:
     def resnapshot_intents(self) -> Location:
         return self._file("resnapshot")
 
+    def side_snapshot(self, source: str) -> Location:
+        """The state of a snapshot of the table taken beside the stream (binlake.capture.side_snapshot)."""
+        db, table = source.split(".", 1)
+        return self._file("snapshots", f"{_safe(db)}__{_safe(table)}.json")
+
+    @property
+    def side_snapshots(self) -> Location:
+        return self._file("snapshots")
+
+    @property
+    def signals(self) -> Location:
+        """Signals to the running stream, one file each (binlake.capture.signals)."""
+        return self._file("signals")
+
     @property
     def stream_start(self) -> Location:
         """Where a stream without a snapshot starts (see `binlake.capture.startup`)."""

@@ -1,0 +1,266 @@
+"""Snapshots taken beside the running stream: DBLog's incremental snapshot, as Debezium offers it. A
+table is snapshotted at any time (a signal, binlake.capture.signals), paused and resumed, while the
+stream goes on for every table, this one included; nothing is locked and nothing is written to the source.
+
+The table's chunks are read one after another, in a thread of their own, each by the exact chunk read
+of the first snapshot (binlake.source.chunk_reader: its own low and high watermark, folded), so a
+chunk's rows are the table's state at its high watermark HW for every key in its range. The stream
+meanwhile emits every change of the table, as usual. A chunk lands between two micro-batches, once
+the stream has committed past its HW:
+  1. its rows go to bronze as snapshot reads (`r`, at HW's `_seq`);
+  2. those whose key bronze holds a change after HW of are left out: silver holds that change already
+     (a newer image, or no row for a delete);
+  3. the others replace silver's rows of their keys: every change before HW is older than them, and
+     every later one left them out.
+Once the last chunk has landed, silver's rows older than the binlog head when the snapshot began are
+deleted: such a row was in no chunk (its key was not in the table at its chunk's HW) and no change has
+touched it since, so the source does not hold it. A snapshot repairs silver, rows too many included.
+
+Worked example: chunk [100, 200) read with HW 000003:900; the stream has committed to 000003:1200.
+    bronze after HW: u id 150 at 000003:1000, d id 170 at 000003:1100
+    chunk rows: 120, 150, 170 (their state at 000003:900)
+    -> 120 replaces silver's row; 150 and 170 are left out (silver holds 150's update and not 170)
+
+Where a snapshot stands is a small file per table (`_binlake/snapshots/`): the next chunk's start and
+index. It is written before a chunk's rows reach bronze (the index moves on) and after they reach
+silver (the start moves on), so a kill anywhere reads the chunk again, under a new index: bronze may
+then hold a chunk's snapshot rows twice, at two high watermarks, never a change twice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import pyarrow.compute as pc
+
+from binlake.capture import metrics
+from binlake.capture.chunking import plan_ranges
+from binlake.capture.context import Context, current_position
+from binlake.capture.side_state import DONE, PAUSED, REFUSALS_KEPT, RUNNING, STOPPED, SideSnapshot, states
+from binlake.capture.signals import Signal, SignalRefused, waiting
+from binlake.capture.snapshot import chunk_job
+from binlake.errors import RuntimeFailure, SchemaChangedError
+from binlake.lake import arrow_commit, arrow_types, bronze, chunk_merge
+from binlake.offsets import BinlogPosition, snapshot_seq
+from binlake.schema import TableSchema
+from binlake.source.connection import connect
+from binlake.splits import Split
+
+log = logging.getLogger(__name__)
+
+@dataclass
+class _Read:
+    state: SideSnapshot
+    future: Future[tuple[Split, Any]]
+
+
+class SideSnapshots:
+    """The snapshots beside a stream driven in this process (binlake.capture.stream_loop): `step`
+    between two micro-batches takes the signals written since, lands a chunk read whose high watermark
+    the stream has committed past, and starts the next read. `schema(name)` is the table's schema as
+    the stream has it now; `index(schema)` its silver's key index (binlake.capture.micro_batch)."""
+
+    def __init__(self, ctx: Context, schema: Callable[[str], TableSchema], index: Callable[[TableSchema], Any]) -> None:
+        self.ctx, self.schema, self.index = ctx, schema, index
+        self.folder = ctx.target.side_snapshots
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="side-snapshot")
+        self.reading: _Read | None = None
+
+    def step(self, committed: BinlogPosition) -> bool:
+        """Between two batches, the stream committed up to `committed`. Whether a snapshot is under way."""
+        self._take_signals()
+        self._land(committed)
+        if self.reading is None:
+            self._read_next()
+        return self.reading is not None
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- signals -------------------------------------------------------------------------------------
+
+    def _take_signals(self) -> None:
+        for entry, signal in waiting(self.ctx.target.signals):
+            try:
+                if isinstance(signal, SignalRefused):
+                    raise signal
+                self._carry_out(signal)
+            except SignalRefused as refused:
+                self._refuse(refused.message)
+            entry.unlink(missing_ok=True)
+
+    def _refuse(self, message: str) -> None:
+        log.error("signal refused: %s", message)
+        kept = self.folder / "refused.jsonl"
+        lines = (kept.read_text().splitlines() if kept.exists() else [])[-(REFUSALS_KEPT - 1):]
+        kept.write_text("\n".join([*lines, json.dumps({"at": time.time(), "message": message})]) + "\n")
+
+    def _carry_out(self, signal: Signal) -> None:
+        captured = sorted(self.ctx.schemas())
+        unknown = [t for t in signal.tables if not any(t == n or re.fullmatch(t, n) for n in captured)]
+        if unknown:
+            raise SignalRefused(
+                f"signal {signal.id} ({signal.kind}) names {', '.join(unknown)}, which is not a captured table; "
+                f"binlake takes tables source.tables matches ({', '.join(captured)}): name one as db.table")
+        names = [n for n in captured if signal.matches(n)]
+        held = states(self.folder)
+        if signal.kind == "execute-snapshot":
+            self._execute(signal, names, held)
+            return
+        change = {"pause-snapshot": (RUNNING, PAUSED), "resume-snapshot": (PAUSED, RUNNING),
+                  "stop-snapshot": (RUNNING, STOPPED)}[signal.kind]
+        chosen = [held[n] for n in names if n in held and held[n].status in
+                  ((RUNNING, PAUSED) if signal.kind == "stop-snapshot" else (change[0],))]
+        if not chosen:
+            raise SignalRefused(f"signal {signal.id} ({signal.kind}): no snapshot of "
+                                f"{', '.join(signal.tables) or 'any table'} is {change[0]}; nothing to "
+                                f"{signal.kind.split('-')[0]}")
+        for state in chosen:
+            saved = replace(state, status=change[1]).save(self.ctx.target.side_snapshot(state.table))
+            metrics.side_snapshot(saved.table, saved.chunks, saved.rows, saved.status == RUNNING)
+            log.warning("snapshot of %s %s (chunk %d, %d rows so far)", state.table,
+                        {PAUSED: "paused", RUNNING: "resumed", STOPPED: "stopped"}[change[1]], state.chunks,
+                        state.rows)
+        if self.reading is not None and self.reading.state.table in {s.table for s in chosen} \
+                and change[1] == STOPPED:
+            self.reading = None  # its rows are left unlanded
+
+    def _execute(self, signal: Signal, names: list[str], held: dict[str, SideSnapshot]) -> None:
+        if signal.conditions:
+            raise SignalRefused(f"signal {signal.id} (execute-snapshot) has additional-conditions, which binlake "
+                                "does not take yet: snapshot the whole table (leave additional-conditions out)")
+        busy = [n for n in names if n in held and held[n].status in (RUNNING, PAUSED)]
+        if busy:
+            raise SignalRefused(f"signal {signal.id} (execute-snapshot): {', '.join(busy)} is being snapshotted "
+                                f"already ({held[busy[0]].chunks} chunks landed); send stop-snapshot first to "
+                                "begin again")
+        for name in names:
+            why = _unsupported(self.ctx, self.schema(name))
+            if why:
+                raise SignalRefused(f"signal {signal.id} (execute-snapshot): {name} {why}")
+        since = snapshot_seq(self.ctx.retrying("asking for the binlog head", lambda: current_position(self.ctx)))
+        for name in names:
+            state = SideSnapshot(name, signal.id, RUNNING, since, _next_chunk(self.ctx, name), began_at=time.time())
+            state.save(self.ctx.target.side_snapshot(name))
+            metrics.side_snapshot(name, 0, 0, True)
+            log.warning("snapshotting %s beside the stream (signal %s)", name, signal.id)
+
+    # -- chunks --------------------------------------------------------------------------------------
+
+    def _read_next(self) -> None:
+        running = sorted((s for s in states(self.folder).values() if s.status == RUNNING), key=lambda s: s.began_at)
+        if running:
+            state = running[0]
+            self.reading = _Read(state, self.pool.submit(_read_chunk, self.ctx, self.schema(state.table), state))
+
+    def _land(self, committed: BinlogPosition) -> None:
+        reading = self.reading
+        if reading is None or not reading.future.done():
+            return
+        table = reading.state.table
+        where = self.ctx.target.side_snapshot(table)
+        try:
+            split, rows = reading.future.result()  # any other failure ends the stream, in one line
+        except SchemaChangedError as changed:  # the stream follows the change; the snapshot ends here
+            self.reading = None
+            self._refuse(f"the snapshot of {table} beside the stream stopped: {changed.message}")
+            replace(reading.state, status=STOPPED).save(where)
+            return
+        if committed < split.hw:  # type: ignore[operator]
+            return  # the stream has still to pass its high watermark
+        self.reading = None
+        state = states(self.folder).get(table)
+        if state is None or state.signal != reading.state.signal or state.status not in (RUNNING, PAUSED):
+            return  # stopped meanwhile: its rows are left unlanded
+        schema = self.schema(table)
+        state = replace(state, chunk=split.index + 1).save(where)  # a kill from here reads it again anew
+        landed = _land_chunk(self.ctx, schema, split, rows, self.index(schema))
+        state = replace(state, start=split.end, chunks=state.chunks + 1, rows=state.rows + landed)
+        if split.end is None:
+            _forget_older(self.ctx, schema, state.since, self.index(schema))
+            state = replace(state, status=DONE)
+            log.warning("snapshot of %s beside the stream done: %d chunks, %d rows", split.table, state.chunks,
+                        state.rows)
+        state = state.save(where)
+        metrics.side_snapshot(state.table, state.chunks, state.rows, state.status == RUNNING)
+
+
+def _unsupported(ctx: Context, schema: TableSchema) -> str | None:
+    """Why the table cannot be snapshotted beside the stream, or None."""
+    if not arrow_commit.local(ctx.target.silver(schema.name).location):
+        return "lives in a lake behind a URI, where the stream is Spark's query: use binlake resnapshot there"
+    if schema.multiset:
+        return "has no key: use binlake resnapshot for it"
+    if schema.row_filter:
+        return "has a source.row-filter: use binlake resnapshot for it"
+    if not ctx.shape.plain:
+        return "keeps deleted rows or every version in silver (silver.*): use binlake resnapshot for it"
+    if arrow_types.typer(schema) is None:
+        return "has a column type the snapshot beside the stream does not read yet: use binlake resnapshot for it"
+    return None
+
+
+def _next_chunk(ctx: Context, name: str) -> int:
+    """An index for a new chunk of the table: past every chunk bronze holds rows of."""
+    location = ctx.target.bronze(name).location
+    if not arrow_commit.readable(location):
+        return 0
+    found = arrow_commit.query(location, "bronze", "SELECT max(_chunk) AS m FROM bronze").column("m")[0].as_py()
+    return 0 if found is None else int(found) + 1
+
+
+def _read_chunk(ctx: Context, schema: TableSchema, state: SideSnapshot) -> tuple[Split, Any]:
+    """The next chunk of the table, cut where the server says (binlake.capture.chunking) and read
+    exactly: the chunk (landed at its high watermark; none when the table is gone) and its rows as
+    bronze's columns."""
+    conn = connect(ctx.params)
+    try:
+        start, end = next(iter(plan_ranges(conn, schema, ctx.cfg.chunk_size, state.start)))
+    finally:
+        conn.close()
+    split = Split(schema.name, 0, state.chunk, start, end)
+    with ctx.readers(1) as ids:
+        flat = ctx.snapshot_here(chunk_job(ctx, schema, [split], ids))
+    if flat is None:
+        raise RuntimeFailure(f"a chunk of {schema.name} holds more than binlake reads at once, beside the stream; "
+                             "lower snapshot.chunk-size")
+    typer = arrow_types.typer(schema)
+    rows = typer(flat) if typer is not None else flat
+    mark = bronze.arrow_marks(rows, [split.index])[0]
+    if mark["hw_file"] is None:
+        raise RuntimeFailure(f"chunk {split.index} of {schema.name} has no watermark row after its read")
+    hw = BinlogPosition(mark["hw_file"], int(mark["hw_pos"]), int(mark["epoch"]))
+    lw = BinlogPosition.parse(mark["lw"]) if mark["lw"] else None
+    return split.landed_at(hw, int(mark["rows"]), lw), rows
+
+
+def _land_chunk(ctx: Context, schema: TableSchema, split: Split, rows: Any, index: Any) -> int:
+    """A chunk read (`rows`, bronze's columns) into bronze, then silver (see the module); its rows."""
+    name = schema.name
+    b = ctx.target.bronze(name).location
+    s = ctx.target.silver(name).location
+    into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
+    if into_bronze is None:
+        raise RuntimeFailure(f"{name}'s bronze is not a table delta-rs writes; use binlake resnapshot for it")
+    arrow_commit.append(into_bronze, rows)
+    reads = rows.filter(pc.equal(rows.column("_op"), "r"))
+    seq = snapshot_seq(split.hw)  # type: ignore[arg-type]
+    fresh = chunk_merge.without(reads, chunk_merge.changed_since(b, list(schema.key), seq), list(schema.key))
+    chunk_merge.apply(s, schema, fresh, index, ctx.shape)
+    return reads.num_rows
+
+
+def _forget_older(ctx: Context, schema: TableSchema, since: int, index: Any) -> None:
+    """Silver's rows older than `since`, deleted (see the module)."""
+    s = ctx.target.silver(schema.name).location
+    gone = chunk_merge.older_than(s, schema, since)
+    if gone.num_rows:
+        log.warning("%s: %d rows in silver are not in the source; deleted", schema.name, gone.num_rows)
+        chunk_merge.apply(s, schema, gone, index, ctx.shape)
+

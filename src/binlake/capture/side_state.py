@@ -1,0 +1,79 @@
+"""Where each table's snapshot beside the stream stands (binlake.capture.side_snapshot): a small JSON
+file per table under `_binlake/snapshots/`, and the last signals refused beside them. Read by the
+stream and by `binlake status`, which must not pay for the stream's imports."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from binlake.lake.storage import Location
+from binlake.splits import Bound
+
+RUNNING, PAUSED, DONE, STOPPED = "running", "paused", "done", "stopped"
+REFUSALS_KEPT = 20
+
+
+@dataclass(frozen=True)
+class SideSnapshot:
+    """Where one table's snapshot beside the stream stands."""
+
+    table: str
+    signal: str  # the id of the signal that began it
+    status: str  # running, paused, done, stopped
+    since: int  # `_seq` of the binlog head when it began: silver's rows older than it are gone at the end
+    chunk: int  # the index (bronze's `_chunk`) of the next chunk read
+    start: Bound | None = None  # where the next chunk starts (None: the table's first)
+    chunks: int = 0  # chunks landed
+    rows: int = 0  # snapshot rows landed
+    began_at: float = 0.0
+    updated_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["since"] = str(self.since)
+        d["start"] = None if self.start is None else list(self.start)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SideSnapshot:
+        return cls(**{**d, "since": int(d["since"]), "start": None if d.get("start") is None else tuple(d["start"])})
+
+    def save(self, location: Location) -> SideSnapshot:
+        saved = replace(self, updated_at=time.time())
+        location.write_text(json.dumps(saved.to_dict()))
+        return saved
+
+
+def states(folder: Location) -> dict[str, SideSnapshot]:
+    """Every table's snapshot beside the stream, by table: running, paused, or how the last one ended."""
+    found = {}
+    for entry in folder.iterdir():
+        if entry.name.endswith(".json"):
+            try:
+                state = SideSnapshot.from_dict(json.loads(entry.read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            found[state.table] = state
+    return found
+
+
+def refusals(folder: Location) -> list[dict[str, Any]]:
+    """The last signals refused, oldest first: {at, message}."""
+    kept = folder / "refused.jsonl"
+    if not kept.exists():
+        return []
+    return [json.loads(line) for line in kept.read_text().splitlines() if line.strip()]
+
+
+def report(folder: Location) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """For `binlake status`: each table's snapshot beside the stream, and the last signals refused."""
+    return {name: state.to_dict() for name, state in states(folder).items()}, refusals(folder)
+
+
+def summary(state: dict[str, Any]) -> str:
+    """One line of `binlake status` for a table's snapshot beside the stream."""
+    began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(state["began_at"]))
+    return f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks, {state['rows']} rows (began {began})"

@@ -1,0 +1,213 @@
+"""Snapshots beside the running stream (binlake.capture.side_snapshot), started by signals: a table
+whose silver went wrong is snapshotted again while 16 writers change it, paused and resumed, and
+`binlake run` is killed (SIGKILL to its process group) in the middle; after the restart silver equals
+the source, and bronze holds every binlog change of the table once, checked against the binlog
+replayed by mysql-replication alone. Bad signals are each refused in one line, the stream going on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from binlake.capture import side_state
+from binlake.config import load
+from binlake.lake import arrow_commit
+from binlake.lake.target import Target
+from binlake.offsets import BinlogPosition
+from binlake.source.dialect import binlog_head
+
+from .helpers import execute, params
+from .workload import (BINLAKE, CLI_ENV, ROOT, Writers, assert_quiet, bronze_duplicates, create_table, run_cli,
+                       silver_rows, source_rows, write_config)
+
+ROWS = 3000
+
+
+def _started(cfg_path: Path, log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("wb")
+    return subprocess.Popen([*BINLAKE, "-v", "run", "-c", str(cfg_path)], cwd=ROOT, start_new_session=True,
+                            env={**os.environ, **CLI_ENV}, stdout=out, stderr=out)
+
+
+def _wait(what: str, check: Callable[[], Any], proc: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"binlake run ended (rc {proc.returncode}): {log.read_text()[-3000:]}"
+        found = check()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}: {log.read_text()[-3000:]}")
+
+
+def _state(target: Target, name: str) -> dict[str, Any] | None:
+    where = target.side_snapshot(name)
+    try:
+        return json.loads(where.read_text()) if where.exists() else None  # type: ignore[no-any-return]
+    except ValueError:
+        return None  # being replaced
+
+
+def _signal(cfg_path: Path, *args: str) -> None:
+    sent = run_cli("signal", "-c", str(cfg_path), *args)
+    assert sent.returncode == 0, sent.stderr[-2000:]
+
+
+def _stopped(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+
+
+def _spoil(spark: Any, location: str) -> None:
+    """Silver gone wrong downstream: rows lost, rows changed, rows the source never had."""
+    from delta.tables import DeltaTable
+
+    table = DeltaTable.forPath(spark, location)
+    table.delete("id % 50 = 0")
+    table.update("id % 37 = 0", {"v": "'spoiled'"})
+    extra = spark.read.format("delta").load(location).where("id <= 20").selectExpr(
+        "id + 900000000 AS id", *[c for c in spark.read.format("delta").load(location).columns if c != "id"])
+    extra.write.format("delta").mode("append").save(location)
+
+
+def _bronze_changes(spark: Any, location: str, start: BinlogPosition) -> Counter[tuple[str, int]]:
+    rows = spark.read.format("delta").load(location).where("_op IN ('c', 'u', 'd')").select("_file", "_pos").collect()
+    return Counter((r["_file"], int(r["_pos"])) for r in rows if BinlogPosition(r["_file"], int(r["_pos"])) >= start)
+
+
+def _replayed(dev_db: Any, database: str, start: BinlogPosition, stop: BinlogPosition) -> Counter[tuple[str, int]]:
+    """Bronze's rows per event, as the binlog replayed by mysql-replication alone says (an event's start
+    is its end position minus its whole size): a key-changing update is two."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    connection = {k: v for k, v in params(dev_db).items() if k != "connect_timeout"}
+    stream = BinLogStreamReader(connection_settings=connection, server_id=5790, log_file=start.file,
+                                log_pos=start.pos, resume_stream=True, blocking=False,
+                                only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+                                only_schemas=[database], only_tables=["t"], is_mariadb=False, enable_logging=False)
+    found: Counter[tuple[str, int]] = Counter()
+    try:
+        for event in stream:
+            at = BinlogPosition(stream.log_file, int(event.packet.log_pos) - int(event.packet.event_size))
+            if at >= stop:
+                break
+            for row in event.rows:
+                moved = isinstance(event, UpdateRowsEvent) and row["before_values"]["id"] != row["after_values"]["id"]
+                found[(at.file, at.pos)] += 2 if moved else 1
+    finally:
+        stream.close()
+    return found
+
+
+def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_kill(
+        dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
+    port = dev_db.running_port()
+    create_table(port, database, ROWS)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=200, group_size=2)
+    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
+    assert first.returncode == 0, first.stderr[-3000:]
+    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    silver, bronze = target.silver(name).location, target.bronze(name).location
+    _spoil(spark, silver)
+    assert silver_rows(spark, silver) != source_rows(port, database)  # the snapshot has something to repair
+    began = _head(dev_db)
+
+    logs = [tmp_path / "run-0.log", tmp_path / "run-1.log"]
+    with Writers(port, database, ROWS, threads=16, pause=0.1) as writers:
+        proc = _started(cfg_path, logs[0])
+        try:
+            _wait("the stream", lambda: target.stream_progress.exists(), proc, logs[0])
+            _signal(cfg_path, "execute-snapshot", name)
+            _wait("3 chunks", lambda: (_state(target, name) or {}).get("chunks", 0) >= 3, proc, logs[0])
+            _signal(cfg_path, "pause-snapshot")
+            paused = _wait("the pause", lambda: (s := _state(target, name)) and s["status"] == "paused" and s,
+                           proc, logs[0])
+            time.sleep(1.5)  # the chunk being read when the pause came lands; no other
+            held = _state(target, name)["chunks"]  # type: ignore[index]
+            assert held <= paused["chunks"] + 1
+            time.sleep(4)
+            assert _state(target, name)["chunks"] == held, "chunks landed while paused"  # type: ignore[index]
+            _signal(cfg_path, "resume-snapshot", name)
+            landed = _wait("2 more chunks", lambda: (s := _state(target, name)) and s["status"] == "running"
+                           and s["chunks"] >= held + 2 and s, proc, logs[0])
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        assert landed["status"] == "running"
+        proc = _started(cfg_path, logs[1])
+        try:
+            done = _wait("the snapshot's end", lambda: (s := _state(target, name)) and s["status"] == "done" and s,
+                         proc, logs[1], timeout=400)
+            time.sleep(2)
+        finally:
+            writers.stop()
+            _stopped(proc)
+    caught_up = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    assert_quiet(caught_up.stderr)
+    assert writers.ops > 500 and not writers.errors, (writers.ops, writers.errors[:3])
+    assert done["chunks"] > landed["chunks"] and done["rows"] >= ROWS // 2, done
+
+    assert silver_rows(spark, silver) == source_rows(port, database)
+    assert bronze_duplicates(spark, bronze) == 0
+    assert _bronze_changes(spark, bronze, began) == _replayed(dev_db, database, began, _head(dev_db))
+    report = json.loads(run_cli("status", "-c", str(cfg_path), "--json").stdout)
+    side = next(t for t in report["tables"] if t["source"] == name)["side_snapshot"]
+    assert side["status"] == "done" and side["chunks"] == done["chunks"]
+
+
+def test_bad_signals_are_each_refused_in_one_line_and_the_stream_goes_on(
+        dev_db: Any, database: str, tmp_path: Path) -> None:
+    port = dev_db.running_port()
+    create_table(port, database, 200)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    log = tmp_path / "run.log"
+    proc = _started(cfg_path, log)
+    bad = [
+        (("execute-snapshot", f"{database}.nope"), f"names {database}.nope, which is not a captured table"),
+        (("pause-snapshot", name), "nothing to pause"),
+        (("resume-snapshot",), "nothing to resume"),
+        (("stop-snapshot", name), "nothing to stop"),
+    ]
+    try:
+        _wait("the stream", lambda: target.stream_progress.exists(), proc, log)
+        for args, said in bad:
+            _signal(cfg_path, *args)
+            _wait(f"the refusal of {args[0]}", lambda: any(said in r["message"] for r in _refusals(cfg_path)), proc,
+                  log, timeout=60)
+        (target.signals / "0-garbled.json").write_text("{not json")
+        _wait("the refusal of a garbled signal", lambda: any("is not JSON" in r["message"]
+                                                               for r in _refusals(cfg_path)), proc, log, timeout=60)
+        # the stream went on: a change made now still lands
+        execute(dev_db, database, "UPDATE t SET v = 'after the refusals' WHERE id = 7")
+        _wait("a change after the refusals", lambda: "after the refusals" in _silver_value(target, name, 7), proc, log,
+              timeout=60)
+    finally:
+        _stopped(proc)
+    refused = _refusals(cfg_path)
+    assert len(refused) == len(bad) + 1 and all("\n" not in r["message"] for r in refused), refused
+    text = run_cli("status", "-c", str(cfg_path)).stdout
+    assert "signal refused" in text and "is not JSON" in text, text
+    assert "signal refused" in log.read_text()
+
+
+def _refusals(cfg_path: Path) -> list[dict[str, Any]]:
+    return side_state.refusals(Target.of(load(cfg_path)).side_snapshots)
+
+
+def _head(dev_db: Any) -> BinlogPosition:
+    with dev_db.connect() as conn:
+        return binlog_head(conn)
+
+
+def _silver_value(target: Target, name: str, key: int) -> str:
+    rows = arrow_commit.query(target.silver(name).location, "silver", f"SELECT v FROM silver WHERE id = {key}")
+    return str(rows.to_pylist()[0]["v"]) if rows.num_rows else ""
