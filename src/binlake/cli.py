@@ -12,13 +12,14 @@ from typing import Callable
 
 from binlake import __version__, stop
 from binlake import config as config_mod
-from binlake.capture import metrics
+from binlake.capture import metrics, signals
 from binlake.capture.context import Context
 from binlake.commands.check import check, options_in_use
 from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
 from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
+from binlake.lake.target import Target
 from binlake.source import binlog_types
 from binlake.source.validation import check_server_ids
 
@@ -127,9 +128,6 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
-    from binlake.capture import signals
-    from binlake.lake.target import Target
-
     sent = signals.send(Target.of(_load(args)).signals, args.kind, args.tables)
     print(f"signal {sent.id} ({sent.kind}) written; the running stream takes it between two micro-batches "
           "(binlake status shows where it stands)")

@@ -1,7 +1,7 @@
 """Tables that come to match source.tables: one created while a continuous `binlake run` streams
-(captured whole: the micro-batch that meets its CREATE is replayed once the table has a snapshot of
-its own), and an existing table added to the config (snapshotted while the others stream on, with
-no second plan for them)."""
+(captured whole from its CREATE: the micro-batch that meets it is replayed with the table captured),
+and an existing table added to the config (snapshotted beside the stream, with no plan for it or a
+second one for the others)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from binlake.config import load
-from binlake.errors import NewTableError, RuntimeFailure
+from binlake.errors import NewTableError
+from binlake.capture import side_state
 from binlake.capture.context import Context
 from binlake.capture.stream import capture_new_tables, stream
 from binlake.lake import split_state as state
@@ -105,19 +106,24 @@ def test_a_table_created_while_streaming_and_one_added_to_the_config(dev_db, dat
     assert lake_rows(spark, cfg, f"{database}.t1") == rows(dev_db, database, "t1")
     assert not (lake / "silver" / f"{database}__n_gone").exists()
 
-    # an existing table added to the config: a snapshot of its own; t1 and n_1 are not planned again
+    # created while streaming: captured from its CREATE in the binlog, no chunk of it planned
+    beside = side_state.states(target.side_snapshots)
+    assert beside[f"{database}.n_1"].status == "done" and beside[f"{database}.n_1"].chunks == 0
+    assert f"{database}.n_1" not in state.load(spark, target.split_state, 2)
+
+    # an existing table added to the config: snapshotted beside the stream; t1 and n_1 are not planned again
     planned = spark.read.format("delta").load(target.split_state).where(F.col("status") == "planned")
     counts = {r["table"]: r["count"] for r in planned.groupBy("table").count().collect()}
     execute(dev_db, database, "UPDATE t1 SET v = -3 WHERE id = 3", "UPDATE extra SET v = -4 WHERE id = 4")
     cfg_path = write_config(tmp_path / "binlake.yml", port, [f"{database}\\.(t1|n_.*|extra)"], lake, "6170-6174",
                             chunk_size=10, group_size=2)
-    with pytest.raises(RuntimeFailure, match=rf"{database}\.extra matches source.tables but has no snapshot yet"):
-        stream(load(cfg_path), until_caught_up=True)  # streaming it from here on would miss its older rows
+    stream(load(cfg_path), until_caught_up=True)  # caught up once its snapshot beside the stream is done
     cfg = run_once(cfg_path)
     planned = spark.read.format("delta").load(target.split_state).where(F.col("status") == "planned")
     after = {r["table"]: r["count"] for r in planned.groupBy("table").count().collect()}
-    assert {t: n for t, n in after.items() if t != f"{database}.extra"} == counts
-    assert len(state.load(spark, target.split_state, 2)[f"{database}.extra"]) == 3
+    assert after == counts
+    extra = side_state.states(target.side_snapshots)[f"{database}.extra"]
+    assert extra.status == "done" and extra.chunks == 3 and extra.rows == 30, extra
     for table in ("t1", "n_1", "extra"):
         assert lake_rows(spark, cfg, f"{database}.{table}") == rows(dev_db, database, table), table
 

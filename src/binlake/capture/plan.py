@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from binlake import faults
+from binlake.capture import side_state
 from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
 from binlake.config import Config
@@ -48,9 +49,12 @@ def plan(cfg: Config, ctx: Context | None = None, on_batch: OnBatch | None = Non
     numbers, last = split_state.planned(spark, ctx.target.split_state)
     ctx.lineage()  # before any chunk's high watermark is taken
     stored = _Batches(ctx, on_batch)
+    beside = side_state.states(ctx.target.side_snapshots)  # snapshotted beside the stream, not planned here
     conn = connect(ctx.params)
     try:
         for name, schema in ctx.schemas().items():
+            if name in beside:
+                continue
             row_filter.check(spark, schema)  # refused before anything is read
             if on_batch is None:
                 bronze.ensure_table(spark, ctx.target.bronze(name).location, schema)

@@ -71,6 +71,7 @@ def finish(ctx: Context) -> list[str]:
     finally:
         conn.close()
     for name in names:
+        ctx.target.side_snapshot(name).unlink(missing_ok=True)  # planned and snapshotted here now
         if name not in present:
             log.warning("%s is gone from the source: no longer captured; its bronze and silver stay as they were", name)
             continue
@@ -118,6 +119,7 @@ def everything(ctx: Context) -> None:
     names = list(ctx.schemas())
     ctx.target.checkpoint_files.remove_tree()
     ctx.target.stream_progress.unlink(missing_ok=True)
+    ctx.target.side_snapshots.remove_tree()
     for name in names:
         for location in (ctx.target.bronze(name).location, ctx.target.silver(name).location):
             if DeltaTable.isDeltaTable(spark, location):

@@ -5,7 +5,7 @@ idempotently, so a run may be cut short at any point and started again.
 
 from __future__ import annotations
 
-from binlake.capture import metrics, resnapshot
+from binlake.capture import metrics, resnapshot, side_snapshot
 from binlake.capture.context import Context
 from binlake.capture.plan import plan
 from binlake.capture.snapshot import Reading, snapshot
@@ -28,6 +28,7 @@ def run(cfg: Config, until_caught_up: bool = False) -> None:
     mode = cfg.get("stream.startup-mode")
     if mode in SNAPSHOT_MODES:
         resnapshot.finish(ctx)  # what a crash left half done
+        side_snapshot.adopt_new(ctx)  # tables new to a stream that ran before: beside it, not before it
         done: dict[str, int] = {}
         while True:
             try:

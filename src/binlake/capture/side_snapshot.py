@@ -46,7 +46,8 @@ from binlake.capture.side_state import DONE, PAUSED, REFUSALS_KEPT, RUNNING, STO
 from binlake.capture.signals import Signal, SignalRefused, waiting
 from binlake.capture.snapshot import chunk_job
 from binlake.errors import RuntimeFailure, SchemaChangedError
-from binlake.lake import arrow_commit, arrow_types, bronze, chunk_merge
+from binlake.lake import arrow_commit, arrow_types, bronze, chunk_merge, split_state
+from binlake.lake.checkpoint import committed_offset
 from binlake.offsets import BinlogPosition, snapshot_seq
 from binlake.schema import TableSchema
 from binlake.source.connection import connect
@@ -144,12 +145,7 @@ class SideSnapshots:
             why = _unsupported(self.ctx, self.schema(name))
             if why:
                 raise SignalRefused(f"signal {signal.id} (execute-snapshot): {name} {why}")
-        since = snapshot_seq(self.ctx.retrying("asking for the binlog head", lambda: current_position(self.ctx)))
-        for name in names:
-            state = SideSnapshot(name, signal.id, RUNNING, since, _next_chunk(self.ctx, name), began_at=time.time())
-            state.save(self.ctx.target.side_snapshot(name))
-            metrics.side_snapshot(name, 0, 0, True)
-            log.warning("snapshotting %s beside the stream (signal %s)", name, signal.id)
+        begin(self.ctx, names, f"signal {signal.id}")
 
     # -- chunks --------------------------------------------------------------------------------------
 
@@ -176,7 +172,7 @@ class SideSnapshots:
             return  # the stream has still to pass its high watermark
         self.reading = None
         state = states(self.folder).get(table)
-        if state is None or state.signal != reading.state.signal or state.status not in (RUNNING, PAUSED):
+        if state is None or state.began_at != reading.state.began_at or state.status not in (RUNNING, PAUSED):
             return  # stopped meanwhile: its rows are left unlanded
         schema = self.schema(table)
         state = replace(state, chunk=split.index + 1).save(where)  # a kill from here reads it again anew
@@ -189,6 +185,28 @@ class SideSnapshots:
                         state.rows)
         state = state.save(where)
         metrics.side_snapshot(state.table, state.chunks, state.rows, state.status == RUNNING)
+
+
+def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING) -> None:
+    """Snapshot `names` beside the stream from now on (`status` DONE: record them as needing none, a
+    table the stream captures from its creation in the binlog)."""
+    since = snapshot_seq(ctx.retrying("asking for the binlog head", lambda: current_position(ctx)))
+    for name in names:
+        state = SideSnapshot(name, why, status, since, _next_chunk(ctx, name), began_at=time.time())
+        state.save(ctx.target.side_snapshot(name))
+        metrics.side_snapshot(name, 0, 0, status == RUNNING)
+        if status == RUNNING:
+            log.warning("snapshotting %s beside the stream (%s)", name, why)
+
+
+def adopt(ctx: Context, names: list[str]) -> list[str]:
+    """Tables new to the capture, snapshotted beside the stream (`begin`): those it can take; the others
+    are returned, for a snapshot before the stream."""
+    schemas = ctx.schemas()
+    taken = [n for n in names if _unsupported(ctx, schemas[n]) is None]
+    if taken:
+        begin(ctx, taken, "new to the capture")
+    return [n for n in names if n not in taken]
 
 
 def _unsupported(ctx: Context, schema: TableSchema) -> str | None:
@@ -264,3 +282,15 @@ def _forget_older(ctx: Context, schema: TableSchema, since: int, index: Any) -> 
         log.warning("%s: %d rows in silver are not in the source; deleted", schema.name, gone.num_rows)
         chunk_merge.apply(s, schema, gone, index, ctx.shape)
 
+
+
+def adopt_new(ctx: Context) -> None:
+    """Before `binlake run` plans: the captured tables a stream that has run before does not know yet
+    (added to source.tables since, or matching it now), snapshotted beside the stream (`adopt`) rather
+    than before it, where they would hold every other table's changes back for as long as they take."""
+    if committed_offset(ctx.target.checkpoint_files) is None:
+        return  # the first snapshot: every table before the stream
+    known = set(states(ctx.target.side_snapshots)) | set(split_state.planned(ctx.session(), ctx.target.split_state)[0])
+    new = [n for n in ctx.schemas() if n not in known]
+    if new:
+        adopt(ctx, new)

@@ -21,7 +21,7 @@ class SideSnapshot:
     """Where one table's snapshot beside the stream stands."""
 
     table: str
-    signal: str  # the id of the signal that began it
+    reason: str  # what began it: "signal <id>", "new to the capture", "created while streaming"
     status: str  # running, paused, done, stopped
     since: int  # `_seq` of the binlog head when it began: silver's rows older than it are gone at the end
     chunk: int  # the index (bronze's `_chunk`) of the next chunk read
@@ -76,4 +76,5 @@ def report(folder: Location) -> tuple[dict[str, dict[str, Any]], list[dict[str, 
 def summary(state: dict[str, Any]) -> str:
     """One line of `binlake status` for a table's snapshot beside the stream."""
     began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(state["began_at"]))
-    return f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks, {state['rows']} rows (began {began})"
+    return (f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks, {state['rows']} rows "
+            f"({state['reason']}, began {began})")

@@ -14,7 +14,8 @@ import json
 import logging
 from typing import Any
 
-from binlake.capture import failover, metrics, resnapshot
+from binlake.capture import failover, metrics, resnapshot, side_snapshot
+from binlake.capture.side_state import DONE
 from binlake.capture.context import Context
 from binlake.capture.plan import plan
 from binlake.capture.snapshot import snapshot
@@ -32,6 +33,7 @@ from binlake.lake import split_state
 from binlake.lake.checkpoint import committed_end, committed_offset
 from binlake.offsets import BinlogPosition
 from binlake.source.binlog_dump import gone_error
+from binlake.source.schema_changes import CREATED
 from binlake.source.connection import connect
 from binlake.source.identity import Anchor, Lineage, ServerIdentity, identify, verify
 from binlake.source.validation import check_server_ids
@@ -87,11 +89,12 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
 
 def capture_new_tables(ctx: Context, new: NewTableError) -> None:
     """A table came to match source.tables while streaming. The micro-batch that met its CREATE (or
-    RENAME) failed uncommitted; the table is planned and snapshotted like any other (in a mode without a
-    snapshot, it needs none: the replayed batch holds all of its rows), then the stream restarts and
-    replays that batch with the table captured. The handover passes only its changes after each of its
-    chunks' high watermark, so rows written between its creation and its snapshot are neither lost nor
-    repeated."""
+    RENAME) failed uncommitted; the stream restarts and replays that batch with the table captured. A
+    table created there needs no snapshot: the binlog holds every row it ever had from its CREATE on
+    (a `CREATE TABLE ... AS SELECT` too: its rows are row events after it), which the replay streams.
+    One renamed to a match had rows before: it is snapshotted beside the stream
+    (binlake.capture.side_snapshot), or, where that cannot take it, planned and snapshotted before the
+    stream restarts, the handover then passing only its changes after each chunk's high watermark."""
     known = set(ctx.schemas())
     ctx.forget_schemas()
     added = sorted(set(ctx.schemas()) - known)
@@ -103,9 +106,15 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
         ctx.new_seen.add(new.message)
         return
     log.warning("capturing new tables %s (%s)", ", ".join(added), new.message.split(";")[0])
-    if ctx.cfg.get("stream.startup-mode") in SNAPSHOT_MODES:
+    if ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES:
+        return  # the stream's start needs no snapshot of any table
+    if CREATED in new.message:
+        side_snapshot.begin(ctx, added, "created while streaming: captured from its CREATE", status=DONE)
+        return
+    before = side_snapshot.adopt(ctx, added)
+    if before:
         plan(ctx.cfg, ctx)
-        snapshot(ctx.cfg, None, ctx, tables=added)
+        snapshot(ctx.cfg, None, ctx, tables=before)
 
 
 def check_position(ctx: Context) -> None:

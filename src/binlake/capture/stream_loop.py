@@ -37,7 +37,7 @@ from binlake.capture import metrics
 from binlake.capture.batch_in_hand import HeldBatch
 from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 from binlake.capture.heartbeat import Heartbeat
-from binlake.capture.context import Context
+from binlake.capture.context import Context, current_position
 from binlake.capture.micro_batch import MicroBatch
 from binlake.capture.side_snapshot import SideSnapshots
 from binlake.errors import BinlakeError, RuntimeFailure
@@ -67,8 +67,8 @@ class StreamLoop:
         self.side = SideSnapshots(ctx, lambda name: each_batch.history[name][-1].schema, each_batch.index)
 
     def run(self, target: BinlogPosition | None, every: float) -> dict[str, Any] | None:
-        """Land batches until one ending at `target` has committed (None: until stopped), a batch
-        starting every `every` seconds at most. The end offset of a batch too large to hold, planned
+        """Land batches until one ending at `target` has committed (None: until stopped) and no snapshot
+        beside the stream runs, a batch starting every `every` seconds at most. The end offset of a batch too large to hold, planned
         and left for Spark's query to replay, or None when done."""
         batch_id, begin, planned = checkpoint.pending(self.files)
         if begin is None:
@@ -78,7 +78,13 @@ class StreamLoop:
         log.info("streaming from %s in the driver, batch %d", BinlogPosition.from_dict(begin), batch_id)
         while not stop.asked():
             if target is not None and BinlogPosition.from_dict(begin) >= target:
-                return None
+                if not self._guarded(lambda: self.side.step(BinlogPosition.from_dict(begin))):
+                    return None
+                # a snapshot beside the stream runs: its chunks land once the stream has passed their high
+                # watermarks, so the stream goes on to the head of now, until the snapshot is done
+                target = self._guarded(lambda: self.ctx.retrying("asking for the binlog head",
+                                                                  lambda: current_position(self.ctx)))
+                self.reader.job["until"] = target.to_dict()
             began = time.monotonic()
             end = planned if planned is not None else self._guarded(lambda: self.reader.latestOffset(begin))
             found = BinlogPosition.from_dict(end) > BinlogPosition.from_dict(begin)

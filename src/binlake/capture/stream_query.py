@@ -15,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 from binlake import stop
-from binlake.capture import metrics
+from binlake.capture import metrics, side_snapshot, side_state
 from binlake.capture.context import Context, current_position
 from binlake.capture.failover import GtidRecord, state_at
 from binlake.capture.heartbeat import Heartbeat
@@ -129,7 +129,11 @@ def _snapshot_splits(ctx: Context) -> dict[str, list[Split]]:
     schemas = ctx.schemas()
     splits = split_state.load(ctx.session(), ctx.target.split_state, ctx.cfg.get("snapshot.group-size"),
                               list(schemas))
-    unplanned = [n for n in schemas if not splits.get(n)]
+    beside = side_state.states(ctx.target.side_snapshots)
+    unplanned = [n for n in schemas if not splits.get(n) and n not in beside]
+    if unplanned and (any(splits.values()) or committed_offset(ctx.target.checkpoint_files) is not None):
+        # the stream has a place to start from: tables new to it are snapshotted beside it
+        unplanned = side_snapshot.adopt(ctx, unplanned)
     if unplanned:
         raise RuntimeFailure(f"{', '.join(unplanned)} matches source.tables but has no snapshot yet; the stream "
                              "starts after a table's snapshot: run binlake run (or binlake snapshot)")

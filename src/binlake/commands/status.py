@@ -97,10 +97,8 @@ def status(cfg: Config) -> dict[str, Any]:
     position = None if end is None else BinlogPosition.from_dict(end)
     progress = json.loads(ctx.target.stream_progress.read_text()) if ctx.target.stream_progress.exists() else {}
     seen = look(ctx.cfg, lineage)
-    tables = _tables(ctx, position, progress, seen)
     beside, refused = side_state.report(ctx.target.side_snapshots)
-    for t in tables:
-        t["side_snapshot"] = beside.get(t["source"])
+    tables = _tables(ctx, position, progress, seen, beside)
     return {
         "source": _source(ctx, lineage, seen),
         "stream": {"position": str(position) if position else None, "last_batch_at": _last_batch_at(progress),
@@ -117,9 +115,10 @@ def _last_batch_at(progress: dict[str, Any]) -> float | None:
     return progress.get("updated") if "batch" in progress else None
 
 
-def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, Any], seen: Look) -> list[dict[str, Any]]:
+def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, Any], seen: Look,
+            beside: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     splits = _splits(ctx)
-    names = sorted(set(_captured(ctx, list(splits))) | set(seen.tables))
+    names = sorted(set(_captured(ctx, list(splits) + list(beside))) | set(seen.tables))
     counted = _counted(ctx, names)
     upkeep = maintenance.report(ctx.target, names, counted)
     out = []
@@ -128,8 +127,11 @@ def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, A
         done = [s for s in ss if s.landed]  # read into bronze
         silver = ctx.target.silver(name)
         max_hw = max((s.hw for s in done if s.hw), default=None)
-        if not ss:
-            phase = "not started"
+        side = beside.get(name)
+        if side is not None and side["status"] in (side_state.RUNNING, side_state.PAUSED):
+            phase = "snapshot beside the stream"
+        elif not ss:
+            phase = "binlog" if side is not None else "not started"
         elif ss[-1].end is not None:  # the last chunk planned is not the open-ended one
             phase = "planning"
         elif len(done) < len(ss):
@@ -154,6 +156,8 @@ def _tables(ctx: Context, position: BinlogPosition | None, progress: dict[str, A
                        "lag_seconds": _lag(position, seen.head, progress)},
             # bronze's and silver's live files and bytes, last compaction, bytes waiting for retention
             "maintenance": upkeep[name],
+            # the table's snapshot beside the stream, running or as the last one ended (binlake.capture.side_snapshot)
+            "side_snapshot": side,
         })
     return out
 

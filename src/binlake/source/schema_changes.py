@@ -304,10 +304,14 @@ class Guard:
         database, _, table = item.table.partition(".")
         # one created and dropped again is gone: nothing of it is left to capture
         if matches(self.patterns, database, table) and self.exists(item.table):
+            how = CREATED if item.kind == "create_table" else "came to match source.tables by RENAME TABLE"
             raise NewTableError(
-                f"table {item.table} was created at binlog {item.position} and matches source.tables; binlake "
-                "captures it with a snapshot of its own, then streams on: run binlake run again if this stopped it"
+                f"table {item.table} {how} at binlog {item.position}; binlake captures it (from its creation in the "
+                "binlog, or by a snapshot beside the stream) and streams on: run binlake run again if this stopped it"
             )
+
+
+CREATED = "was created and matches source.tables"  # NewTableError's words for a CREATE (the binlog holds its rows)
 
 
 def _changed(table: str, position: BinlogPosition, why: str) -> SchemaChangedError:
