@@ -20,7 +20,7 @@ from binlake.commands.status import render, status
 from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
 from binlake.lake.target import Target
-from binlake.source import binlog_types
+from binlake.source import binlog_types, signal_table
 from binlake.source.validation import check_server_ids
 
 log = logging.getLogger("binlake")
@@ -128,8 +128,14 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
-    sent = signals.send(Target.of(_load(args)).signals, args.kind, args.tables)
-    print(f"signal {sent.id} ({sent.kind}) written; the running stream takes it between two micro-batches "
+    cfg = _load(args)
+    signal, table = signals.make(args.kind, args.tables), cfg.get("source.signal-table")
+    if table and signal_table.insert(cfg.connection(), table, signal.to_dict()):
+        where = f"inserted into {table}"
+    else:
+        signals.write(Target.of(cfg).signals, signal)
+        where = "written beside the lake" + (f" (the account may not write to {table})" if table else "")
+    print(f"signal {signal.id} ({signal.kind}) {where}; the running stream takes it between two micro-batches "
           "(binlake status shows where it stands)")
     return 0
 

@@ -68,6 +68,8 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
                     "captured (the key always is); a column left out is never read, nor in bronze or silver"),
         "row-filter": (ROW_FILTERS, {}, "db.table -> one Spark SQL predicate over its captured columns: silver "
                        "holds the rows that match it now"),
+        "signal-table": (OPTIONAL_TEXT, None, "db.table in the source whose inserted rows (id, type, data) are "
+                         "signals to the running stream, as Debezium's signal table (binlake signal writes them)"),
         "connect-timeout": (WHOLE, 10, "seconds"),
         "read-timeout": (WHOLE, 60, "seconds a read from the source (or a write to it, TLS's handshake "
                          "included) may wait before it fails: a half-open connection, or a binlog position the "
@@ -365,6 +367,15 @@ def load(
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"source.tables pattern {pattern!r} is not a valid regex ({exc}); fix source.tables") from None
+    signal_table = cfg.get("source.signal-table")
+    if signal_table is not None:
+        db, dot, table = str(signal_table).partition(".")
+        if not dot or not db or not table:
+            raise ConfigError(f"source.signal-table is {signal_table!r}; binlake needs db.table, such as "
+                              "binlake.signal: fix source.signal-table")
+        if any(re.fullmatch(p, signal_table) for p in cfg.tables):
+            raise ConfigError(f"source.signal-table {signal_table} is matched by source.tables too; its rows are "
+                              "signals, not data to capture: leave it out of source.tables")
     if cfg.get("source.read-timeout") <= 0:
         raise ConfigError(f"source.read-timeout is {cfg.get('source.read-timeout')}; binlake needs at least 1 "
                           "second: fix source.read-timeout")

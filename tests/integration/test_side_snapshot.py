@@ -20,6 +20,7 @@ from binlake.config import load
 from binlake.lake import arrow_commit
 from binlake.lake.target import Target
 from binlake.offsets import BinlogPosition
+from binlake.source import signal_table
 from binlake.source.dialect import binlog_head
 
 from .helpers import execute, params
@@ -211,3 +212,34 @@ def _head(dev_db: Any) -> BinlogPosition:
 def _silver_value(target: Target, name: str, key: int) -> str:
     rows = arrow_commit.query(target.silver(name).location, "silver", f"SELECT v FROM silver WHERE id = {key}")
     return str(rows.to_pylist()[0]["v"]) if rows.num_rows else ""
+
+
+def test_a_row_of_the_signal_table_snapshots_a_table_beside_the_stream(dev_db: Any, database: str, spark: Any,
+                                                                        tmp_path: Path) -> None:
+    port = dev_db.running_port()
+    create_table(port, database, 600)
+    execute(dev_db, database, signal_table.DDL.format(table="binlake_signal"))
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    text = cfg_path.read_text().replace("source:\n", f"source:\n  signal-table: {database}.binlake_signal\n", 1)
+    cfg_path.write_text(text)
+    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
+    assert first.returncode == 0, first.stderr[-3000:]
+    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    _spoil(spark, target.silver(name).location)
+    log = tmp_path / "run.log"
+    with Writers(port, database, 600, threads=2, pause=0.02) as writers:
+        proc = _started(cfg_path, log)
+        try:
+            _wait("the stream", lambda: target.stream_progress.exists(), proc, log)
+            sent = run_cli("signal", "-c", str(cfg_path), "execute-snapshot", name)
+            assert sent.returncode == 0 and f"inserted into {database}.binlake_signal" in sent.stdout, sent
+            done = _wait("the snapshot's end", lambda: (s := _state(target, name)) and s["status"] == "done" and s,
+                         proc, log)
+        finally:
+            writers.stop()
+            _stopped(proc)
+    caught_up = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    assert done["reason"].startswith("signal ") and done["chunks"] >= 6, done
+    assert not any(target.signals.iterdir()), "a signal file left behind"
+    assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)

@@ -25,6 +25,10 @@ from pyspark.sql import functions as F
 from binlake.lake import arrow_types, bronze
 from binlake.schema import TableSchema
 
+# the batch's notes, under the table "": its GTID trailer (g) and the signals it read (x, binlake.capture.signals)
+NOTES = ("g", "x")
+
+
 class CachedBatch:
     """A batch cached by Spark: figures by one aggregation, each table's rows typed by Spark."""
 
@@ -33,18 +37,18 @@ class CachedBatch:
 
     def figures(self) -> tuple[list[Any], list[str]]:
         """Each table's figures (rows with `_table`, `n`, `ts`, `oldest`, `marks`, `others`, `size`)
-        and the batch's GTID trailers (`_op` g, under the table "", in a group of their own): one job."""
+        and the batch's notes (`NOTES`, under the table "", in a group of their own): one job."""
         op = F.col("_op")
         groups = self.whole.groupBy("_table").agg(
             F.count("*").alias("n"), F.max("_ts").alias("ts"), F.min("_seq").alias("oldest"),
             F.sum(F.when(op == "s", 1).otherwise(0)).alias("marks"),
             F.sum(F.when(op != "c", 1).otherwise(0)).alias("others"),
             F.sum(F.length(F.array_join("_vals", ""))).alias("size"),
-            F.collect_list(F.when(op == "g", F.col("_row"))).alias("trailers")).collect()
+            F.collect_list(F.when(op.isin(*NOTES), F.col("_row"))).alias("trailers")).collect()
         return [r for r in groups if not r["trailers"]], [t for r in groups for t in r["trailers"]]
 
     def frame(self, name: str) -> Any:
-        return self.whole.where((F.col("_table") == name) & (F.col("_op") != "g"))
+        return self.whole.where((F.col("_table") == name) & ~F.col("_op").isin(*NOTES))
 
     def typed(self, name: str, schema: TableSchema) -> pa.Table:
         return bronze.typed(self.frame(name), schema).toArrow()
@@ -63,8 +67,9 @@ class HeldBatch:
     def figures(self) -> tuple[list[dict[str, Any]], list[str]]:
         """`CachedBatch.figures`, counted by Arrow."""
         op = self.rows.column("_op")
-        trailers = self.rows.filter(pc.equal(op, "g")).column("_row").to_pylist()
-        changes = self.rows.filter(pc.not_equal(op, "g"))
+        notes = pc.is_in(op, pa.array(NOTES))
+        trailers = self.rows.filter(notes).column("_row").to_pylist()
+        changes = self.rows.filter(pc.invert(notes))
         out = []
         for name in pc.unique(changes.column("_table")).to_pylist():
             rows = self.tables[name] = changes.filter(pc.equal(changes.column("_table"), name))

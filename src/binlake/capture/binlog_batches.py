@@ -159,14 +159,17 @@ class BinlogReader:
                              self.job.get("patterns"))
             start, skip = batch_start(partition.start, lineage, self.job.get("since"), self.job.get("applied"), only)
             seen = Seen() if self.job.get("gtid_trailer") else None
+            signals = self.job.get("signal_table")
             changes = read_changes(
-                params, int(self.job["server_id"]), start, stop, lambda d, t: f"{d}.{t}" in schemas,
+                params, int(self.job["server_id"]), start, stop,
+                lambda d, t: f"{d}.{t}" in schemas or f"{d}.{t}" == signals,
                 reconnect_timeout=patience, ddl=True, on_reopen=lambda: before_reopen(params, partition.start, lineage, gtid_offsets),
                 seen=seen, whole_events=True,
             )
             evolver = _evolver(self.job, schemas, splits, start, guard, conn)
             values = RowValues()
-            rows = _rows(changes, schemas, handover, guard, evolver, skip, values)
+            rows = _rows(_signals(changes, signals, values) if signals else changes, schemas, handover, guard, evolver,
+                         skip, values)
             if seen is not None:  # the GTIDs this batch passed, for the driver's record (capture.micro_batch)
                 rows = _trailed(rows, partition, seen, values)
             yield from _batches(rows, values)
@@ -197,6 +200,9 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
     encoders: dict[int, Any] = {}  # id of a schema (version) -> its row encoder
     plans = Plans()
     for change in changes:
+        if isinstance(change, tuple):  # a note of the batch, its values pushed already (`_signals`)
+            yield change
+            continue
         if not isinstance(change, (RowEvent, RowChange)):
             version = evolver.follow(change) if evolver is not None else False
             if version is False:
@@ -233,6 +239,24 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
                 values.push(encoded)
                 yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
                        None, None, None)
+
+
+def _signals(changes: Iterator[Any], table: str, values: RowValues) -> Iterator[Any]:
+    """`changes` with the signal table's own taken out: each row inserted into it a note of the batch
+    (`_op` x, under the table "", its `_row` the signal's JSON; binlake.capture.signals), in binlog order
+    with the data; its other changes, and its schema's, passed over."""
+    for change in changes:
+        if getattr(change, "table", None) != table:
+            yield change
+            continue
+        if not isinstance(change, (RowEvent, RowChange)) or change.op != "c":
+            continue
+        for one in change.changes() if isinstance(change, RowEvent) else (change,):
+            image = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in one.image.items()}
+            values.push(None)
+            yield ("", "x", decimal.Decimal(one.seq), one.ts, one.file, one.pos, one.gtid, None, None,
+                   json.dumps({"signal": {"id": str(image.get("id")), "type": image.get("type"),
+                                          "data": image.get("data")}, "seq": str(one.seq)}))
 
 
 def _native(event: RowEvent, changed: list[bool]) -> Iterator[Row]:

@@ -20,7 +20,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from binlake import faults, stop
-from binlake.capture import metrics
+from binlake.capture import metrics, signals
 from binlake.capture.batch_in_hand import CachedBatch
 from binlake.capture.context import Context
 from binlake.capture.failover import GtidRecord
@@ -84,8 +84,11 @@ class MicroBatch:
                 with ThreadPoolExecutor(max_workers=workers) as pool:
                     times = list(pool.map(land, seen))
             bronze_s, silver_s = sum(b for b, _ in times), sum(s for _, s in times)
-            for trailer in trailers:
-                self.gtids.advance(json.loads(trailer))  # before the batch commits
+            for trailer in map(json.loads, trailers):  # before the batch commits
+                if "signal" in trailer:
+                    signals.note(self.ctx.target.signals, trailer["signal"], int(trailer["seq"]))
+                else:
+                    self.gtids.advance(trailer)
             changes = {r["_table"]: int(r["n"]) - int(r["marks"]) for r in seen}  # not the schema marks
             write_progress(self.ctx.target.stream_progress, batch_id,
                            {r["_table"]: (changes[r["_table"]], r["ts"]) for r in seen}, began)

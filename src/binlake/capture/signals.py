@@ -8,8 +8,11 @@
   stream (binlake.capture.side_snapshot); a condition limits a table's rows;
 - `pause-snapshot`, `resume-snapshot`, `stop-snapshot`: of the tables named, or of every one when none is.
 
-A signal reaches the stream as a file beside the lake (`_binlake/signals/`), which `binlake signal`
-writes and the stream reads between two micro-batches, in the order they were written, removing each
+A signal reaches the stream as a row inserted into the signal table (`source.signal-table`,
+binlake.source.signal_table), which the stream reads in the binlog with the data, or as a file beside
+the lake (`_binlake/signals/`), which `binlake signal` writes where there is no signal table or the
+account may not write to it. A row read by a micro-batch becomes such a file before the batch commits;
+the stream takes the files between two micro-batches, in the order they were written, removing each
 once it has taken effect (a crash before that takes it again: each kind may be taken twice). A signal
 that cannot be carried out is refused in one line, in the log and in `binlake status`; the stream goes on.
 """
@@ -105,14 +108,22 @@ def _json_object(text: str, ident: str) -> dict[str, Any]:
     return found
 
 
-def send(folder: Location, kind: str, tables: list[str], condition: str | None = None) -> Signal:
-    """Write a signal for the stream to take (checked as the stream will, first): the signal."""
-    ident = uuid.uuid4().hex[:12]
+def make(kind: str, tables: list[str], condition: str | None = None) -> Signal:
+    """A new signal, refused here (SignalRefused) as the stream would refuse it."""
     conditions = tuple((t, condition) for t in tables) if condition else ()
-    signal = Signal(ident, kind, tuple(tables), conditions)
-    Signal.parse(json.dumps(signal.to_dict()))  # refused here as the stream would refuse it
-    (folder / f"{time.time_ns():020d}-{ident}.json").write_text(json.dumps(signal.to_dict()))
-    return signal
+    signal = Signal(uuid.uuid4().hex[:12], kind, tuple(tables), conditions)
+    return Signal.parse(json.dumps(signal.to_dict()))
+
+
+def write(folder: Location, signal: Signal) -> None:
+    """`signal` as a file for the stream to take."""
+    (folder / f"{time.time_ns():020d}-{signal.id}.json").write_text(json.dumps(signal.to_dict()))
+
+
+def note(folder: Location, found: dict[str, Any], seq: int) -> None:
+    """A row of the signal table, read at `seq` by a micro-batch, as a file for the stream to take once
+    the batch has committed (a batch replayed writes the same file again)."""
+    (folder / f"{seq:040d}-table.json").write_text(json.dumps(found))
 
 
 def waiting(folder: Location) -> list[tuple[Location, Signal | SignalRefused]]:

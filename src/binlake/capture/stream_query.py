@@ -67,6 +67,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "failover": ctx.lineage().failover,
         "gtid_trailer": gtid_trailer,
         "gtid_offsets": gtid_offsets,
+        "signal_table": ctx.cfg.get("source.signal-table"),
     }
 
 
