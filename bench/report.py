@@ -29,7 +29,7 @@ TARGETS = [
     ("many-tables", "status_rows_differing", "<=", 0, "tables whose rows in status --json differ from the source's count"),
 ]
 
-# issue 52: a lake left running (bench/steady.py), each figure on both servers
+# a lake left running (bench/steady.py), each figure on both servers
 STEADY_TARGETS = [
     ("p99_s", 3.0, "a lake left running: commit to silver p99 over the steady window (seconds)"),
     ("growth", 1.2, "a lake left running: p99 of the steady window's last third / of its first"),
@@ -44,6 +44,14 @@ TARGETS += [(key, figure, "<=", target, f"{meaning}, {server}") for key, server 
             (("steady", "MariaDB"), ("steady-mysql", "MySQL")) for figure, target, meaning in STEADY_TARGETS]
 TARGETS.append(("steady-large", "p99_ratio_to_base", "<=", 1.3,
                 "a lake left running, MariaDB: p99 at 20M rows / at 5M (BENCH_STEADY_LARGE=1)"))
+BESIDE_TARGETS = [
+    ("p99_ratio_during_snapshot", 1.5, "another table's p99 while a 1M-row table is snapshotted beside the stream"),
+    ("p99_ratio_during_created_table", 1.5, "another table's p99 while a 1M-row CREATE TABLE ... AS SELECT is captured"),
+    ("verify_ok", True, "every table equal to its source after both"),
+]
+TARGETS += [(key, figure, ">=" if figure == "verify_ok" else "<=", target, f"{meaning}, {server}")
+            for key, server in (("beside", "MariaDB"), ("beside-mysql", "MySQL"))
+            for figure, target, meaning in BESIDE_TARGETS]
 
 # the lead over Flink CDC should grow with the table: at 5M rows (BENCH_ROWS=5000000) the bar is 6x
 LARGE_ROWS, LARGE_VS_FLINK = 5_000_000, 6.0

@@ -18,6 +18,9 @@ Sections, each measured against a baseline taken in the same run:
   steady    a lake left running: `binlake run` on a 5M-row table under 2,000 changed rows/s for 15 minutes,
             on both servers: latency and its growth, CPU per 1M changes, files and disk bytes, silver's scan
             against a compacted copy, silver equal to the source (bench/steady.py)
+  beside    a 1M-row table snapshotted again by a signal, then one made by CREATE TABLE ... AS SELECT, while
+            another table takes 2,000 changed rows/s: its p99 in each window against a baseline window, on
+            both servers (bench/beside.py)
 
 Sizes: BENCH_ROWS (default 1,000,000), BENCH_STREAM_CHANGES (500,000), BENCH_MEMORY_ROWS (the memory
 section's small size, default BENCH_ROWS), BENCH_LATENCY_RATE (200 rows/s), BENCH_LATENCY_SECONDS (60),
@@ -49,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import beside  # noqa: E402
 import floor  # noqa: E402
 import harness  # noqa: E402
 import latency  # noqa: E402
@@ -60,9 +64,9 @@ import snapshot  # noqa: E402
 import steady  # noqa: E402
 import stream  # noqa: E402
 
-SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables", "steady")
+SECTIONS = ("snapshot", "stream", "floor", "latency", "memory", "peer", "many-tables", "steady", "beside")
 # sections measured on each of BENCH_SERVERS; the others on MariaDB alone
-ON_EACH_SERVER = ("snapshot", "stream", "latency", "steady")
+ON_EACH_SERVER = ("snapshot", "stream", "latency", "steady", "beside")
 
 
 def now() -> str:
@@ -159,6 +163,8 @@ def measure(name: str, source: harness.Source, rows: int, results: dict[str, Any
             servers = tuple(os.environ.get("BENCH_MANY_SERVERS", "mariadb,mysql").split(","))
             return many_tables.run(harness.env_int("BENCH_TABLES", 1000), harness.env_int("BENCH_TABLE_ROWS", 100),
                                    servers)
+        if name == "beside":
+            return beside.run(source)
         return peer.run(source, rows)
 
     return measured(name + source.key, section, rows)

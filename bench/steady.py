@@ -46,20 +46,22 @@ CYCLE, INSERT_AT, DELETE_AT = 50, 24, 49
 POLL_S = 0.5
 
 
-def create_table(source: Source, rows: int) -> float:
+def create_table(source: Source, rows: int, table: str = TABLE, fresh: bool = True) -> float:
     """(Re)create the table with `rows` rows outside the binlog (the snapshot reads the table, not its
-    history), half a million rows a statement. Returns the seconds it took."""
+    history), half a million rows a statement, in a database made anew unless not `fresh`. Returns the
+    seconds it took."""
     began = time.monotonic()
-    source.execute(f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}")
-    source.execute(f"CREATE TABLE {TABLE} ({COLUMNS})", database=DATABASE)
+    if fresh:
+        source.execute(f"DROP DATABASE IF EXISTS {DATABASE}", f"CREATE DATABASE {DATABASE}")
+    source.execute(f"CREATE TABLE {table} ({COLUMNS})", database=DATABASE)
     step = 500_000
     for lo in range(0, rows, step):
         k = f"(seq + {lo})"
         source.execute(
-            f"INSERT INTO {TABLE} SELECT {k}, {k} * 7 % 1000, 0, CONCAT('customer-', {k}), "
+            f"INSERT INTO {table} SELECT {k}, {k} * 7 % 1000, 0, CONCAT('customer-', {k}), "
             f"({k} * 7919 % 10000000) / 100, TIMESTAMP('2024-01-01') + INTERVAL {k} SECOND "
             f"FROM {source.numbers(min(step, rows - lo))}", database=DATABASE, log_bin=False)
-    source.execute(f"ANALYZE TABLE {TABLE}", database=DATABASE, log_bin=False)
+    source.execute(f"ANALYZE TABLE {table}", database=DATABASE, log_bin=False)
     return time.monotonic() - began
 
 
