@@ -129,7 +129,7 @@ def cmd_resnapshot(args: argparse.Namespace) -> int:
 
 def cmd_signal(args: argparse.Namespace) -> int:
     cfg = _load(args)
-    signal, table = signals.make(args.kind, args.tables), cfg.get("source.signal-table")
+    signal, table = signals.make(args.kind, args.tables, args.condition), cfg.get("source.signal-table")
     if table and signal_table.insert(cfg.connection(), table, signal.to_dict()):
         where = f"inserted into {table}"
     else:
@@ -208,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", choices=["execute-snapshot", "pause-snapshot", "resume-snapshot", "stop-snapshot"])
     p.add_argument("tables", nargs="*", metavar="DB.TABLE",
                    help="tables or source.tables patterns (execute-snapshot needs one; else every table)")
+    p.add_argument("--condition", metavar="SQL",
+                   help="execute-snapshot: only the rows this SQL condition matches (Debezium's additional-conditions)")
     p = command("status", cmd_status, "per table: chunks, rows, phase, binlog position and lag")
     p.add_argument("--json", action="store_true", help="one JSON object")
     command("verify", cmd_verify, "compare every silver table with its source, chunk by chunk")

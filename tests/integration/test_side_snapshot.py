@@ -174,6 +174,7 @@ def test_bad_signals_are_each_refused_in_one_line_and_the_stream_goes_on(
     proc = _started(cfg_path, log)
     bad = [
         (("execute-snapshot", f"{database}.nope"), f"names {database}.nope, which is not a captured table"),
+        (("execute-snapshot", name, "--condition", "no_such_column > 1"), "which the server refuses"),
         (("pause-snapshot", name), "nothing to pause"),
         (("resume-snapshot",), "nothing to resume"),
         (("stop-snapshot", name), "nothing to stop"),
@@ -243,3 +244,31 @@ def test_a_row_of_the_signal_table_snapshots_a_table_beside_the_stream(dev_db: A
     assert done["reason"].startswith("signal ") and done["chunks"] >= 6, done
     assert not any(target.signals.iterdir()), "a signal file left behind"
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
+
+
+def test_a_snapshot_with_a_condition_takes_only_the_rows_it_matches(dev_db: Any, database: str, spark: Any,
+                                                                    tmp_path: Path) -> None:
+    port = dev_db.running_port()
+    create_table(port, database, 600)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
+    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
+    assert first.returncode == 0, first.stderr[-3000:]
+    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    silver = target.silver(name).location
+    _spoil(spark, silver)
+    spoiled = silver_rows(spark, silver)
+    _signal(cfg_path, "execute-snapshot", name, "--condition", "id <= 300 AND v LIKE 'row-%'")
+    log = tmp_path / "run.log"
+    proc = _started(cfg_path, log)
+    try:
+        done = _wait("the snapshot's end", lambda: (s := _state(target, name)) and s["status"] == "done" and s,
+                     proc, log)
+    finally:
+        _stopped(proc)
+    source = {r[0]: r for r in source_rows(port, database)}
+    now = {r[0]: r for r in silver_rows(spark, silver)}
+    assert done["rows"] == 300 and done["condition"].startswith("id <= 300"), done
+    assert {k: r for k, r in now.items() if k <= 300} == {k: r for k, r in source.items() if k <= 300}
+    # the rows it does not match stay as they were, rows the source lacks included: nothing is deleted
+    assert {k: r for k, r in now.items() if k > 300} == {r[0]: r for r in spoiled if r[0] > 300}
+    assert any(k > 900000000 for k in now) and any(r[2] == "spoiled" for k, r in now.items() if k > 300)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import pyarrow.compute as pc
+import pymysql
 
 from binlake.capture import metrics
 from binlake.capture.chunking import plan_ranges
@@ -45,11 +46,11 @@ from binlake.capture.context import Context, current_position
 from binlake.capture.side_state import DONE, PAUSED, REFUSALS_KEPT, RUNNING, STOPPED, SideSnapshot, states
 from binlake.capture.signals import Signal, SignalRefused, waiting
 from binlake.capture.snapshot import chunk_job
-from binlake.errors import RuntimeFailure, SchemaChangedError
+from binlake.errors import BinlakeError, RuntimeFailure
 from binlake.lake import arrow_commit, arrow_types, bronze, chunk_merge, split_state
 from binlake.lake.checkpoint import committed_offset
 from binlake.offsets import BinlogPosition, snapshot_seq
-from binlake.schema import TableSchema
+from binlake.schema import TableSchema, qualified
 from binlake.source.connection import connect
 from binlake.splits import Split
 
@@ -72,12 +73,13 @@ class SideSnapshots:
         self.folder = ctx.target.side_snapshots
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="side-snapshot")
         self.reading: _Read | None = None
+        self.idle = False  # no snapshot ran at the last look, and no signal came since: no look at the states
 
     def step(self, committed: BinlogPosition) -> bool:
         """Between two batches, the stream committed up to `committed`. Whether a snapshot is under way."""
         self._take_signals()
         self._land(committed)
-        if self.reading is None:
+        if self.reading is None and not self.idle:
             self._read_next()
         return self.reading is not None
 
@@ -88,6 +90,7 @@ class SideSnapshots:
 
     def _take_signals(self) -> None:
         for entry, signal in waiting(self.ctx.target.signals):
+            self.idle = False
             try:
                 if isinstance(signal, SignalRefused):
                     raise signal
@@ -133,24 +136,23 @@ class SideSnapshots:
             self.reading = None  # its rows are left unlanded
 
     def _execute(self, signal: Signal, names: list[str], held: dict[str, SideSnapshot]) -> None:
-        if signal.conditions:
-            raise SignalRefused(f"signal {signal.id} (execute-snapshot) has additional-conditions, which binlake "
-                                "does not take yet: snapshot the whole table (leave additional-conditions out)")
         busy = [n for n in names if n in held and held[n].status in (RUNNING, PAUSED)]
         if busy:
             raise SignalRefused(f"signal {signal.id} (execute-snapshot): {', '.join(busy)} is being snapshotted "
                                 f"already ({held[busy[0]].chunks} chunks landed); send stop-snapshot first to "
                                 "begin again")
         for name in names:
-            why = _unsupported(self.ctx, self.schema(name))
+            why = _unsupported(self.ctx, self.schema(name)) or _refused_condition(self.ctx, name, signal.condition(name))
             if why:
                 raise SignalRefused(f"signal {signal.id} (execute-snapshot): {name} {why}")
-        begin(self.ctx, names, f"signal {signal.id}")
+        for name in names:
+            begin(self.ctx, [name], f"signal {signal.id}", condition=signal.condition(name))
 
     # -- chunks --------------------------------------------------------------------------------------
 
     def _read_next(self) -> None:
         running = sorted((s for s in states(self.folder).values() if s.status == RUNNING), key=lambda s: s.began_at)
+        self.idle = not running
         if running:
             state = running[0]
             self.reading = _Read(state, self.pool.submit(_read_chunk, self.ctx, self.schema(state.table), state))
@@ -162,10 +164,11 @@ class SideSnapshots:
         table = reading.state.table
         where = self.ctx.target.side_snapshot(table)
         try:
-            split, rows = reading.future.result()  # any other failure ends the stream, in one line
-        except SchemaChangedError as changed:  # the stream follows the change; the snapshot ends here
+            split, rows = reading.future.result()
+        except Exception as exc:  # noqa: BLE001 - the snapshot stops, in one line; the stream goes on
             self.reading = None
-            self._refuse(f"the snapshot of {table} beside the stream stopped: {changed.message}")
+            why = exc.message if isinstance(exc, BinlakeError) else f"{type(exc).__name__}: {exc}"
+            self._refuse(f"the snapshot of {table} beside the stream stopped: {' '.join(why.split())[:400]}")
             replace(reading.state, status=STOPPED).save(where)
             return
         if committed < split.hw:  # type: ignore[operator]
@@ -179,7 +182,8 @@ class SideSnapshots:
         landed = _land_chunk(self.ctx, schema, split, rows, self.index(schema))
         state = replace(state, start=split.end, chunks=state.chunks + 1, rows=state.rows + landed)
         if split.end is None:
-            _forget_older(self.ctx, schema, state.since, self.index(schema))
+            if state.condition is None:  # a snapshot of the rows a condition matches deletes nothing
+                _forget_older(self.ctx, schema, state.since, self.index(schema))
             state = replace(state, status=DONE)
             log.warning("snapshot of %s beside the stream done: %d chunks, %d rows", split.table, state.chunks,
                         state.rows)
@@ -187,12 +191,13 @@ class SideSnapshots:
         metrics.side_snapshot(state.table, state.chunks, state.rows, state.status == RUNNING)
 
 
-def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING) -> None:
-    """Snapshot `names` beside the stream from now on (`status` DONE: record them as needing none, a
-    table the stream captures from its creation in the binlog)."""
+def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING, condition: str | None = None) -> None:
+    """Snapshot `names` beside the stream from now on, of their rows that match `condition` when given
+    (`status` DONE: record them as needing none, a table the stream captures from its CREATE)."""
     since = snapshot_seq(ctx.retrying("asking for the binlog head", lambda: current_position(ctx)))
     for name in names:
-        state = SideSnapshot(name, why, status, since, _next_chunk(ctx, name), began_at=time.time())
+        state = SideSnapshot(name, why, status, since, _next_chunk(ctx, name), began_at=time.time(),
+                             condition=condition)
         state.save(ctx.target.side_snapshot(name))
         metrics.side_snapshot(name, 0, 0, status == RUNNING)
         if status == RUNNING:
@@ -224,6 +229,23 @@ def _unsupported(ctx: Context, schema: TableSchema) -> str | None:
     return None
 
 
+def _refused_condition(ctx: Context, name: str, condition: str | None) -> str | None:
+    """Why the server refuses `condition` over the table's rows, or None (a condition it takes, or none)."""
+    if condition is None:
+        return None
+    db, table = name.split(".", 1)
+    conn = connect(ctx.params)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT 1 FROM {qualified(db, table)} WHERE ({condition.replace('%', '%%')}) LIMIT 0", [])
+        return None
+    except pymysql.err.MySQLError as exc:
+        return (f"has the additional condition {condition!r}, which the server refuses ({exc.args[-1]}); "
+                "fix the filter: SQL over the table's columns, as in a WHERE clause")
+    finally:
+        conn.close()
+
+
 def _next_chunk(ctx: Context, name: str) -> int:
     """An index for a new chunk of the table: past every chunk bronze holds rows of."""
     location = ctx.target.bronze(name).location
@@ -244,7 +266,7 @@ def _read_chunk(ctx: Context, schema: TableSchema, state: SideSnapshot) -> tuple
         conn.close()
     split = Split(schema.name, 0, state.chunk, start, end)
     with ctx.readers(1) as ids:
-        flat = ctx.snapshot_here(chunk_job(ctx, schema, [split], ids))
+        flat = ctx.snapshot_here({**chunk_job(ctx, schema, [split], ids), "condition": state.condition})
     if flat is None:
         raise RuntimeFailure(f"a chunk of {schema.name} holds more than binlake reads at once, beside the stream; "
                              "lower snapshot.chunk-size")

@@ -28,6 +28,7 @@ class SideSnapshot:
     start: Bound | None = None  # where the next chunk starts (None: the table's first)
     chunks: int = 0  # chunks landed
     rows: int = 0  # snapshot rows landed
+    condition: str | None = None  # SQL limiting the rows read (then no row of silver is deleted at the end)
     began_at: float = 0.0
     updated_at: float = 0.0
 

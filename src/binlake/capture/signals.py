@@ -110,6 +110,8 @@ def _json_object(text: str, ident: str) -> dict[str, Any]:
 
 def make(kind: str, tables: list[str], condition: str | None = None) -> Signal:
     """A new signal, refused here (SignalRefused) as the stream would refuse it."""
+    if condition is not None and kind != "execute-snapshot":
+        raise SignalRefused(f"a condition limits the rows of an execute-snapshot, not of a {kind}: leave it out")
     conditions = tuple((t, condition) for t in tables) if condition else ()
     signal = Signal(uuid.uuid4().hex[:12], kind, tuple(tables), conditions)
     return Signal.parse(json.dumps(signal.to_dict()))

@@ -130,17 +130,22 @@ def read_chunk(
     hooks: Hooks | None = None,
     dialect: Dialect | None = None,
     held: Connections | None = None,
+    condition: str | None = None,
 ) -> ChunkResult:
     """The chunk's exact state at its high watermark: a settled LW (the server's exact method, see
     `binlake.source.dialect`), the SELECT, HW and the fold of LW..HW. A reader of many chunks passes
-    the connections it `held` across them (`Connections`); without, the read opens its own."""
+    the connections it `held` across them (`Connections`); without, the read opens its own.
+
+    With `condition` (SQL over the table's columns; a snapshot of some of its rows), the SELECT takes
+    the rows that match it, and the fold still every change of the chunk's keys: the result is then
+    the exact state at HW of every key that matches at HW (and of some that no longer do)."""
     hooks = hooks or Hooks()
     began = time.monotonic()
     with _holding(params, held) as conns:
         dialect = dialect or Dialect.of(conns.control())
         if schema.multiset:
             return read_multiset_chunk(params, conns, dialect, schema, split, server_id, hooks, began)
-        result = _folded_read(params, conns, dialect, schema, split, server_id, hooks)
+        result = _folded_read(params, conns, dialect, schema, split, server_id, hooks, condition)
     result.seconds = time.monotonic() - began
     return result
 
@@ -178,14 +183,15 @@ def _fold_window(params: dict[str, Any], conns: Connections, schema: TableSchema
 
 
 def _between_watermarks(params: dict[str, Any], conns: Connections, dialect: Dialect, schema: TableSchema,
-                        split: Split, hooks: Hooks) -> tuple[BinlogPosition, list[Any], BinlogPosition]:
+                        split: Split, hooks: Hooks,
+                        condition: str | None = None) -> tuple[BinlogPosition, list[Any], BinlogPosition]:
     """A settled LW, the chunk's SELECT and HW, with the tests' hooks between them."""
     conn = conns.control()
     lw = _low_watermark(params, conn, dialect, split)
     faults.point("after_low_watermark", split.id)
     if hooks.after_low_watermark:
         hooks.after_low_watermark()
-    values = _select_rows(conns.bulk(), dialect, schema, split)
+    values = _select_rows(conns.bulk(), dialect, schema, split, condition)
     log.debug("split %s: selected %d rows", split.id, len(values))
     if hooks.after_select:
         hooks.after_select()
@@ -197,8 +203,8 @@ def _between_watermarks(params: dict[str, Any], conns: Connections, dialect: Dia
 
 
 def _folded_read(params: dict[str, Any], conns: Connections, dialect: Dialect, schema: TableSchema, split: Split,
-                 server_id: int, hooks: Hooks) -> ChunkResult:
-    lw, values, hw = _between_watermarks(params, conns, dialect, schema, split, hooks)
+                 server_id: int, hooks: Hooks, condition: str | None = None) -> ChunkResult:
+    lw, values, hw = _between_watermarks(params, conns, dialect, schema, split, hooks, condition)
     values, folded = _fold_window(params, conns, schema, split, server_id, lw, hw, values)
     return ChunkResult(split, lw, hw, schema.names, encode_columns(schema, values), folded_events=folded)
 
@@ -216,24 +222,25 @@ def _folded(schema: TableSchema, values: list[tuple[Any, ...]], member: Membersh
     return [tuple(row.get(n) for n in names) for row in buffer.values()]
 
 
-def _select_rows(bulk: Any, dialect: Dialect, schema: TableSchema, split: Split) -> list[Any]:
+def _select_rows(bulk: Any, dialect: Dialect, schema: TableSchema, split: Split,
+                 condition: str | None = None) -> list[Any]:
     """The chunk's rows, selected after the settled LW on the bulk connection (not the one the
     watermarks are taken on), in a consistent snapshot where the dialect asks for one (MariaDB)."""
     cur = bulk.cursor()
     if not dialect.snapshot_select:
-        return _select(schema, split, cur)
+        return _select(schema, split, cur, condition)
     cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-    rows = _select(schema, split, cur)
+    rows = _select(schema, split, cur, condition)
     cur.execute("COMMIT")
     return rows
 
 
-def _select(schema: TableSchema, split: Split, cur: Any) -> list[Any]:
+def _select(schema: TableSchema, split: Split, cur: Any, condition: str | None = None) -> list[Any]:
     """The chunk's rows, on `cur`. A column or the table gone (changed since the snapshot began) is a
     schema change."""
     try:
-        cur.execute(*_chunk_query(schema, split))
+        cur.execute(*_chunk_query(schema, split, condition))
         return list(cur.fetchall())
     except UnicodeDecodeError:  # the driver decodes text: which row it was, it does not say
         raise UnconvertibleValueError(
@@ -252,9 +259,11 @@ def _select(schema: TableSchema, split: Split, cur: Any) -> list[Any]:
         ) from None
 
 
-def _chunk_query(schema: TableSchema, split: Split) -> tuple[str, list[Any]]:
+def _chunk_query(schema: TableSchema, split: Split, condition: str | None = None) -> tuple[str, list[Any]]:
     where, args = range_predicate(schema, split.start, split.end)
     table = qualified(schema.database, schema.table)
+    if condition:  # `%` is the driver's placeholder mark
+        where = f"({where}) AND ({condition.replace('%', '%%')})"
     return f"SELECT {schema.select_list()} FROM {table} WHERE {where}", args
 
 

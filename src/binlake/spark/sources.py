@@ -79,7 +79,7 @@ class SnapshotReader(DataSourceReader):
                 # a chunk read is idempotent: one cut off by a lost connection is read again whole
                 result = retrying(params, patience, f"reading chunk {split.id}",
                                   lambda: read_chunk(params, schema, split, partition.server_id, dialect=dialect,
-                                                     held=held))
+                                                     held=held, condition=job.get("condition")))
                 columns, seq, lw = result.columns, decimal.Decimal(result.hw.seq(0)), str(result.lw)
                 file, pos = result.hw.file, result.hw.pos
             for begin, end in _parts(columns, wide):
