@@ -73,6 +73,7 @@ def run(source: Source) -> dict[str, Any]:
         wait_for(lambda: "binlake.capture.stream_loop: streaming from" in log.read_text(errors="replace"), 3600,
                  "the stream's start", proc, log)
         writer.start()
+        wait_for(lambda: writer.began > 0, 60, "the writer's start", proc, log)
         watching(lambda: time.time() > writer.began + warmup_s + base_s, base_s + warmup_s + 60, "the baseline")
         windows = {"base": (writer.began + warmup_s, time.time())}
         signalled = time.time()

@@ -217,6 +217,8 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
         schema = evolver.schema(change.table) if evolver is not None else schemas[change.table]
         each: Iterator[Any] = iter((change,))
         if isinstance(change, RowEvent):  # a whole row event: natively to text where it can be
+            if handover.passes_all(change.table, change.at):
+                continue  # inside the snapshot of every row it holds: not even decoded
             changed = None
             if handover.emits_all(change.table, change.at):
                 plan = plans.plan(schema, change.event.columns, change.shape())

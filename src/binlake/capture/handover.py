@@ -82,6 +82,13 @@ class Handover:
         found = self._tables.get(table)
         return found is None or at >= found.max_hw
 
+    def passes_all(self, table: str, at: BinlogPosition) -> bool:
+        """Whether no row of `table` at `at` is emitted, whatever its key: before every split's HW."""
+        if self._tables is None:
+            raise RuntimeError("Handover.bind() must be called before passes_all()")
+        found = self._tables.get(table)
+        return found is not None and at < min(found.hws)
+
     def should_emit(self, change: RowChange) -> bool:
         if self._tables is None:
             raise RuntimeError("Handover.bind() must be called before should_emit()")

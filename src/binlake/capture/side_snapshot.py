@@ -11,10 +11,13 @@ the stream has committed past its HW:
   2. those whose key bronze holds a change after HW of are left out: silver holds that change already
      (a newer image, or no row for a delete);
   3. the others replace silver's rows of their keys: every change before HW is older than them, and
-     every later one left them out.
-Once the last chunk has landed, silver's rows older than the binlog head when the snapshot began are
-deleted: such a row was in no chunk (its key was not in the table at its chunk's HW) and no change has
-touched it since, so the source does not hold it. A snapshot repairs silver, rows too many included.
+     every later one left them out. A row of the same `_seq` is replaced too: an older snapshot's read
+     at the same HW, on a source quiet since.
+Once the last chunk has landed, silver's rows whose key the snapshot touched nowhere -- in none of its
+chunks in bronze, in no change since it began -- are deleted: the key was not in the table at its
+chunk's HW and has not come back since, so the source does not hold it. Keys are compared by value,
+never placed in a range of the server's order (a collation's). A snapshot repairs silver, rows too
+many included.
 
 Worked example: chunk [100, 200) read with HW 000003:900; the stream has committed to 000003:1200.
     bronze after HW: u id 150 at 000003:1000, d id 170 at 000003:1100
@@ -183,7 +186,7 @@ class SideSnapshots:
         state = replace(state, start=split.end, chunks=state.chunks + 1, rows=state.rows + landed)
         if split.end is None:
             if state.condition is None:  # a snapshot of the rows a condition matches deletes nothing
-                _forget_older(self.ctx, schema, state.since, self.index(schema))
+                _forget_untouched(self.ctx, schema, state, self.index(schema))
             state = replace(state, status=DONE)
             log.warning("snapshot of %s beside the stream done: %d chunks, %d rows", split.table, state.chunks,
                         state.rows)
@@ -191,27 +194,45 @@ class SideSnapshots:
         metrics.side_snapshot(state.table, state.chunks, state.rows, state.status == RUNNING)
 
 
-def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING, condition: str | None = None) -> None:
+def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING, condition: str | None = None,
+          fresh: bool = False) -> None:
     """Snapshot `names` beside the stream from now on, of their rows that match `condition` when given
-    (`status` DONE: record them as needing none, a table the stream captures from its CREATE)."""
-    since = snapshot_seq(ctx.retrying("asking for the binlog head", lambda: current_position(ctx)))
+    (`status` DONE: record them as needing none, a table the stream captures from its CREATE). `fresh`:
+    tables new to the capture, whose changes before now the stream passes (see `handover_splits`)."""
+    head = ctx.retrying("asking for the binlog head", lambda: current_position(ctx))
     for name in names:
-        state = SideSnapshot(name, why, status, since, _next_chunk(ctx, name), began_at=time.time(),
-                             condition=condition)
+        chunk = _next_chunk(ctx, name)
+        state = SideSnapshot(name, why, status, snapshot_seq(head), chunk, chunk, began_at=time.time(),
+                             condition=condition, fresh=fresh, head=str(head))
         state.save(ctx.target.side_snapshot(name))
         metrics.side_snapshot(name, 0, 0, status == RUNNING)
         if status == RUNNING:
             log.warning("snapshotting %s beside the stream (%s)", name, why)
 
 
-def adopt(ctx: Context, names: list[str]) -> list[str]:
-    """Tables new to the capture, snapshotted beside the stream (`begin`): those it can take; the others
-    are returned, for a snapshot before the stream."""
+def adopt(ctx: Context, names: list[str], why: str = "new to the capture") -> list[str]:
+    """Tables new to the capture, snapshotted beside the stream (`begin`), their changes before it
+    passed by the stream: those it can take; the others are returned, for the caller to capture."""
     schemas = ctx.schemas()
     taken = [n for n in names if _unsupported(ctx, schemas[n]) is None]
     if taken:
-        begin(ctx, taken, "new to the capture")
+        begin(ctx, taken, why, fresh=True)
     return [n for n in names if n not in taken]
+
+
+def handover_splits(ctx: Context) -> dict[str, list[Split]]:
+    """For the stream's handover (binlake.capture.handover): each table new to the capture and snapshotted
+    beside the stream as one chunk of its whole key space, landed at the binlog head when its snapshot
+    began. Its changes before that are passed by, as a chunk's before its high watermark: every one of
+    its rows then is in a chunk read after it. A `CREATE TABLE ... AS SELECT` of a million rows is then
+    read in chunks beside the stream, instead of holding the other tables back while the stream lands
+    its rows."""
+    out = {}
+    for name, state in states(ctx.target.side_snapshots).items():
+        if state.fresh and state.head is not None and name in ctx.schemas():
+            whole = Split(name, 0, 0, None, None)
+            out[name] = [whole.landed_at(BinlogPosition.parse(state.head), 0)]
+    return out
 
 
 def _unsupported(ctx: Context, schema: TableSchema) -> str | None:
@@ -296,10 +317,10 @@ def _land_chunk(ctx: Context, schema: TableSchema, split: Split, rows: Any, inde
     return reads.num_rows
 
 
-def _forget_older(ctx: Context, schema: TableSchema, since: int, index: Any) -> None:
-    """Silver's rows older than `since`, deleted (see the module)."""
-    s = ctx.target.silver(schema.name).location
-    gone = chunk_merge.older_than(s, schema, since)
+def _forget_untouched(ctx: Context, schema: TableSchema, state: SideSnapshot, index: Any) -> None:
+    """Silver's rows whose key the snapshot touched nowhere, deleted (see the module)."""
+    s, b = ctx.target.silver(schema.name).location, ctx.target.bronze(schema.name).location
+    gone = chunk_merge.untouched(s, b, schema, state.first, state.since)
     if gone.num_rows:
         log.warning("%s: %d rows in silver are not in the source; deleted", schema.name, gone.num_rows)
         chunk_merge.apply(s, schema, gone, index, ctx.shape)

@@ -25,10 +25,15 @@ class SideSnapshot:
     status: str  # running, paused, done, stopped
     since: int  # `_seq` of the binlog head when it began: silver's rows older than it are gone at the end
     chunk: int  # the index (bronze's `_chunk`) of the next chunk read
+    first: int = 0  # the index of its first chunk: bronze's snapshot rows from it on are this snapshot's
     start: Bound | None = None  # where the next chunk starts (None: the table's first)
     chunks: int = 0  # chunks landed
     rows: int = 0  # snapshot rows landed
     condition: str | None = None  # SQL limiting the rows read (then no row of silver is deleted at the end)
+    # a table new to the capture, silver holding nothing of it: the stream passes its changes before
+    # `head` (the binlog head `since` is of), as the handover passes a chunk's before its high watermark
+    fresh: bool = False
+    head: str | None = None
     began_at: float = 0.0
     updated_at: float = 0.0
 

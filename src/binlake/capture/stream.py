@@ -89,12 +89,13 @@ def stream(cfg: Config, until_caught_up: bool = False, ctx: Context | None = Non
 
 def capture_new_tables(ctx: Context, new: NewTableError) -> None:
     """A table came to match source.tables while streaming. The micro-batch that met its CREATE (or
-    RENAME) failed uncommitted; the stream restarts and replays that batch with the table captured. A
-    table created there needs no snapshot: the binlog holds every row it ever had from its CREATE on
-    (a `CREATE TABLE ... AS SELECT` too: its rows are row events after it), which the replay streams.
-    One renamed to a match had rows before: it is snapshotted beside the stream
-    (binlake.capture.side_snapshot), or, where that cannot take it, planned and snapshotted before the
-    stream restarts, the handover then passing only its changes after each chunk's high watermark."""
+    RENAME) failed uncommitted; the stream restarts and replays that batch with the table captured. The
+    table is snapshotted beside the stream (binlake.capture.side_snapshot), which passes its changes
+    before the snapshot began: a `CREATE TABLE ... AS SELECT` of a million rows is read in chunks
+    beside the stream rather than landed by it in one batch, the other tables waiting. Where that
+    cannot take it, a created table needs no snapshot -- the binlog holds every row it ever had from
+    its CREATE on, which the replay streams -- and a renamed one is planned and snapshotted before the
+    stream restarts, the handover then passing only its changes before each chunk's high watermark."""
     known = set(ctx.schemas())
     ctx.forget_schemas()
     added = sorted(set(ctx.schemas()) - known)
@@ -108,13 +109,13 @@ def capture_new_tables(ctx: Context, new: NewTableError) -> None:
     log.warning("capturing new tables %s (%s)", ", ".join(added), new.message.split(";")[0])
     if ctx.cfg.get("stream.startup-mode") not in SNAPSHOT_MODES:
         return  # the stream's start needs no snapshot of any table
-    if CREATED in new.message:
-        side_snapshot.begin(ctx, added, "created while streaming: captured from its CREATE", status=DONE)
-        return
-    before = side_snapshot.adopt(ctx, added)
-    if before:
+    created = CREATED in new.message
+    rest = side_snapshot.adopt(ctx, added, "created while streaming" if created else "renamed into source.tables")
+    if rest and created:  # the binlog holds every row it ever had: the replay streams them
+        side_snapshot.begin(ctx, rest, "created while streaming: captured from its CREATE", status=DONE)
+    elif rest:
         plan(ctx.cfg, ctx)
-        snapshot(ctx.cfg, None, ctx, tables=before)
+        snapshot(ctx.cfg, None, ctx, tables=rest)
 
 
 def check_position(ctx: Context) -> None:

@@ -86,8 +86,10 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
     target = ctx.retrying("asking for the binlog head", lambda: current_position(ctx)) if until_caught_up else None
     history = ctx.versions()
 
+    handed = {**splits, **side_snapshot.handover_splits(ctx)}
+
     def job(until: BinlogPosition | None) -> dict[str, Any]:
-        return binlog_job(ctx, schemas, splits, start, until, since, applied, ctx.cfg.tables,
+        return binlog_job(ctx, schemas, handed, start, until, since, applied, ctx.cfg.tables,
                           None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
 
     each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start))

@@ -1,6 +1,6 @@
 """A chunk read beside the stream, merged into silver (binlake.capture.side_snapshot): its rows left out
 where bronze holds a newer change of their key, the others replacing silver's rows of their keys; and,
-once the table's last chunk has landed, silver's rows older than the snapshot deleted.
+once the table's last chunk has landed, silver's rows the snapshot touched nowhere deleted.
 
 Both are ordinary changes to silver, by the micro-batch's own writers: marked where a batch would
 rewrite much of a large table (binlake.lake.marked_merge), else delta-rs's MERGE with its `_seq` guard
@@ -56,12 +56,18 @@ def without(rows: Any, keys: Any, key: list[str]) -> Any:
     return rows.filter(pa.array(keep, pa.bool_()))
 
 
-def older_than(location: str, schema: TableSchema, seq: int) -> Any:
-    """Silver's rows older than `seq`, as their deletes at `seq` (silver's columns and `_op`)."""
-    rows = _plain(arrow_commit.query(location, "silver", f"SELECT * FROM silver WHERE {_seq_after(seq, False)}"))
-    at = rows.schema.get_field_index("_seq")
-    rows = rows.set_column(at, "_seq", pa.array([seq] * rows.num_rows, rows.schema.field("_seq").type))
-    return rows.append_column("_op", pa.array(["d"] * rows.num_rows, pa.string()))
+def untouched(silver_at: str, bronze_at: str, schema: TableSchema, first_chunk: int, since: int) -> Any:
+    """Silver's rows whose key the snapshot touched nowhere -- in no chunk read since `first_chunk`, and
+    in no binlog change since `since` -- as their deletes (silver's columns and `_op`). A key compares
+    by exact value, not by a range of the server's order, so every collation is right."""
+    key = list(schema.key)
+    names = ", ".join(arrow_commit.quoted(k) for k in key)
+    ops = ", ".join(f"'{op}'" for op in BINLOG_OPS)
+    touched = _plain(arrow_commit.query(bronze_at, "bronze", f"""SELECT DISTINCT {names} FROM bronze
+        WHERE (_op = 'r' AND _chunk >= {int(first_chunk)}) OR (_op IN ({ops}) AND {_seq_after(since - 1, True)})"""))
+    rows = _plain(arrow_commit.query(silver_at, "silver", "SELECT * FROM silver"))
+    gone = without(rows, touched, key)
+    return gone.append_column("_op", pa.array(["d"] * gone.num_rows, pa.string()))
 
 
 def apply(location: str, schema: TableSchema, changes: Any, index: Any, shape: Shape) -> None:
@@ -72,4 +78,5 @@ def apply(location: str, schema: TableSchema, changes: Any, index: Any, shape: S
     table = arrow_commit.writable(location, [f.name for f in silver.struct(schema, shape).fields])
     if table is None:
         raise ValueError(f"{location} is not a silver table delta-rs writes")
-    silver.apply_arrow(table, schema, changes, inserts_only=False, shape=shape)
+    # a row silver holds at the same `_seq` is an older snapshot read at the same high watermark: replaced
+    silver.apply_arrow(table, schema, changes, inserts_only=False, shape=shape, ties_win=True)

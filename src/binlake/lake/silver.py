@@ -203,10 +203,14 @@ def latest_arrow(changes: Any, key: list[str]) -> Any:
     return ordered.take(pa.array(keep, pa.int64()))
 
 
-def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: bool, shape: Shape = PLAIN) -> None:
+def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: bool, shape: Shape = PLAIN,
+                ties_win: bool = False) -> None:
     """`apply` of the bronze-typed Arrow table `changes` to `table`, silver as delta-rs writes it
     (`binlake.lake.arrow_commit`), when bronze holds no change newer than these but their own
-    (`bronze_may_be_newer=False`): the same rule and the same conditions as `apply`'s MERGE."""
+    (`bronze_may_be_newer=False`): the same rule and the same conditions as `apply`'s MERGE. With
+    `ties_win`, a change replaces a row of the same `_seq` too: a snapshot read at the same high watermark
+    as the row's (on a quiet source), which holds the same state, or repairs a silver gone wrong."""
+    newer = ">=" if ties_win else ">"
     if shape.versions:
         raise ValueError("silver.history 2 is applied by Spark (binlake.lake.history)")
     data = changes.filter(pc.is_in(changes.column("_op"), pa.array(DATA_OPS)))
@@ -217,7 +221,7 @@ def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: boo
     if shape.soft:
         latest = shaped_arrow(latest_arrow(data, list(schema.key)), shape)
         merge, t, s, values = arrow_commit.merge(table, latest.select(names + [DELETED, "_op"]), list(schema.key))
-        (merge.when_matched_update(updates=values, predicate=f"{s}._seq > {t}._seq")
+        (merge.when_matched_update(updates=values, predicate=f"{s}._seq {newer} {t}._seq")
          .when_not_matched_insert(updates=values).execute())
         return
     if inserts_only:
@@ -226,8 +230,8 @@ def apply_arrow(table: Any, schema: TableSchema, changes: Any, inserts_only: boo
     merge, t, s, values = arrow_commit.merge(table, latest_arrow(data, list(schema.key)).select(names + ["_op"]),
                                              list(schema.key))
     (
-        merge.when_matched_delete(predicate=f"{s}._op = 'd' AND {s}._seq > {t}._seq")
-        .when_matched_update(updates=values, predicate=f"{s}._op <> 'd' AND {s}._seq > {t}._seq")
+        merge.when_matched_delete(predicate=f"{s}._op = 'd' AND {s}._seq {newer} {t}._seq")
+        .when_matched_update(updates=values, predicate=f"{s}._op <> 'd' AND {s}._seq {newer} {t}._seq")
         .when_not_matched_insert(updates=values, predicate=f"{s}._op <> 'd'")
         .execute()
     )
