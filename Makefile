@@ -51,6 +51,8 @@ soak: setup
 		BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -s tests/integration/test_chunk_oracle.py
 	BINLAKE_SOAK_RUNS=$${BINLAKE_SOAK_RUNS:-20} BINLAKE_FSYNC_DELAY_US=20000 \
 		.venv/bin/python -m pytest -q -s tests/integration/test_sustained_writes.py
+	BINLAKE_SIDE_ROWS=$${BINLAKE_SIDE_ROWS:-1000000} .venv/bin/python -m pytest -q -s \
+		tests/integration/test_side_snapshot.py -k under_writers
 	BINLAKE_KILLS=$${BINLAKE_KILLS:-200} BINLAKE_KILL_SERVERS=mariadb,mysql \
 		.venv/bin/python -m pytest -q -s tests/integration/test_random_kills.py
 	BINLAKE_TEST_SLOW_SERVERS=mariadb,mysql .venv/bin/python -m pytest -q -s tests/integration/test_source_killed.py

@@ -27,7 +27,9 @@ from .helpers import execute, params
 from .workload import (BINLAKE, CLI_ENV, ROOT, Writers, assert_quiet, bronze_duplicates, create_table, run_cli,
                        silver_rows, source_rows, write_config)
 
-ROWS = 3000
+# `make soak` runs it at 1,000,000 rows (BINLAKE_SIDE_ROWS)
+ROWS = int(os.environ.get("BINLAKE_SIDE_ROWS", "3000"))
+CHUNK = max(200, ROWS // 100)
 
 
 def _started(cfg_path: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -107,14 +109,23 @@ def _replayed(dev_db: Any, database: str, start: BinlogPosition, stop: BinlogPos
     return found
 
 
-def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_kill(
-        dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
+def _captured(dev_db: Any, database: str, tmp_path: Path, rows: int, chunk: int,
+              signal_table: str | None = None) -> tuple[int, Path, Target, str]:
+    """A table `t` of `rows` rows, captured by a first `binlake run --until-caught-up`: the source's port,
+    the configuration, the lake and the table's name."""
     port = dev_db.running_port()
-    create_table(port, database, ROWS)
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=200, group_size=2)
+    create_table(port, database, rows)
+    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=chunk, group_size=2)
+    if signal_table:
+        cfg_path.write_text(cfg_path.read_text().replace("source:\n", f"source:\n  signal-table: {signal_table}\n", 1))
     first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
     assert first.returncode == 0, first.stderr[-3000:]
-    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    return port, cfg_path, Target.of(load(cfg_path)), f"{database}.t"
+
+
+def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_kill(
+        dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
+    port, cfg_path, target, name = _captured(dev_db, database, tmp_path, ROWS, CHUNK)
     silver, bronze = target.silver(name).location, target.bronze(name).location
     _spoil(spark, silver)
     assert silver_rows(spark, silver) != source_rows(port, database)  # the snapshot has something to repair
@@ -145,7 +156,7 @@ def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_ki
         proc = _started(cfg_path, logs[1])
         try:
             done = _wait("the snapshot's end", lambda: (s := _state(target, name)) and s["status"] == "done" and s,
-                         proc, logs[1], timeout=400)
+                         proc, logs[1], timeout=400 + ROWS / 1000)
             time.sleep(2)
         finally:
             writers.stop()
@@ -217,15 +228,8 @@ def _silver_value(target: Target, name: str, key: int) -> str:
 
 def test_a_row_of_the_signal_table_snapshots_a_table_beside_the_stream(dev_db: Any, database: str, spark: Any,
                                                                         tmp_path: Path) -> None:
-    port = dev_db.running_port()
-    create_table(port, database, 600)
     execute(dev_db, database, signal_table.DDL.format(table="binlake_signal"))
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
-    text = cfg_path.read_text().replace("source:\n", f"source:\n  signal-table: {database}.binlake_signal\n", 1)
-    cfg_path.write_text(text)
-    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert first.returncode == 0, first.stderr[-3000:]
-    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    port, cfg_path, target, name = _captured(dev_db, database, tmp_path, 600, 100, f"{database}.binlake_signal")
     _spoil(spark, target.silver(name).location)
     log = tmp_path / "run.log"
     with Writers(port, database, 600, threads=2, pause=0.02) as writers:
@@ -248,12 +252,7 @@ def test_a_row_of_the_signal_table_snapshots_a_table_beside_the_stream(dev_db: A
 
 def test_a_snapshot_with_a_condition_takes_only_the_rows_it_matches(dev_db: Any, database: str, spark: Any,
                                                                     tmp_path: Path) -> None:
-    port = dev_db.running_port()
-    create_table(port, database, 600)
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
-    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert first.returncode == 0, first.stderr[-3000:]
-    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    port, cfg_path, target, name = _captured(dev_db, database, tmp_path, 600, 100)
     silver = target.silver(name).location
     _spoil(spark, silver)
     spoiled = silver_rows(spark, silver)
@@ -278,12 +277,7 @@ def test_a_snapshot_on_a_quiet_source_repairs_silver_read_at_the_same_binlog_hea
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
     """No change since the first snapshot: every chunk's high watermark is the first snapshot's, so its
     rows carry the `_seq` silver's rows do; they still replace them, and the rows it never saw go."""
-    port = dev_db.running_port()
-    create_table(port, database, 400)
-    cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=100, group_size=2)
-    first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
-    assert first.returncode == 0, first.stderr[-3000:]
-    target, name = Target.of(load(cfg_path)), f"{database}.t"
+    port, cfg_path, target, name = _captured(dev_db, database, tmp_path, 400, 100)
     _spoil(spark, target.silver(name).location)
     _signal(cfg_path, "execute-snapshot", name)
     again = run_cli("run", "-c", str(cfg_path), "--until-caught-up")  # caught up once the snapshot is done

@@ -278,8 +278,7 @@ def _next_chunk(ctx: Context, name: str) -> int:
 
 def _read_chunk(ctx: Context, schema: TableSchema, state: SideSnapshot) -> tuple[Split, Any]:
     """The next chunk of the table, cut where the server says (binlake.capture.chunking) and read
-    exactly: the chunk (landed at its high watermark; none when the table is gone) and its rows as
-    bronze's columns."""
+    exactly: the chunk (landed at its high watermark) and its rows as bronze's columns."""
     conn = connect(ctx.params)
     try:
         start, end = next(iter(plan_ranges(conn, schema, ctx.cfg.chunk_size, state.start)))
@@ -324,7 +323,6 @@ def _forget_untouched(ctx: Context, schema: TableSchema, state: SideSnapshot, in
     if gone.num_rows:
         log.warning("%s: %d rows in silver are not in the source; deleted", schema.name, gone.num_rows)
         chunk_merge.apply(s, schema, gone, index, ctx.shape)
-
 
 
 def adopt_new(ctx: Context) -> None:

@@ -65,9 +65,12 @@ def untouched(silver_at: str, bronze_at: str, schema: TableSchema, first_chunk: 
     ops = ", ".join(f"'{op}'" for op in BINLOG_OPS)
     touched = _plain(arrow_commit.query(bronze_at, "bronze", f"""SELECT DISTINCT {names} FROM bronze
         WHERE (_op = 'r' AND _chunk >= {int(first_chunk)}) OR (_op IN ({ops}) AND {_seq_after(since - 1, True)})"""))
-    rows = _plain(arrow_commit.query(silver_at, "silver", "SELECT * FROM silver"))
-    gone = without(rows, touched, key)
-    return gone.append_column("_op", pa.array(["d"] * gone.num_rows, pa.string()))
+    keys = without(_plain(arrow_commit.query(silver_at, "silver", f"SELECT {names}, _seq FROM silver")), touched, key)
+    # a delete needs its key and `_seq` only: silver's other columns go empty (read for their types alone)
+    shape = _plain(arrow_commit.query(silver_at, "silver", "SELECT * FROM silver LIMIT 0")).schema
+    columns = [keys.column(f.name) if f.name in keys.column_names else pa.nulls(keys.num_rows, f.type) for f in shape]
+    return pa.Table.from_arrays([*columns, pa.array(["d"] * keys.num_rows, pa.string())],
+                                names=[*shape.names, "_op"])
 
 
 def apply(location: str, schema: TableSchema, changes: Any, index: Any, shape: Shape) -> None:
