@@ -100,6 +100,14 @@ def boundary_query(schema: TableSchema, start: Bound | None, chunk_size: int) ->
     return sql, [*params, chunk_size]
 
 
+def next_range(conn: pymysql.connections.Connection, schema: TableSchema, chunk_size: int,
+               start: Bound | None) -> tuple[Bound | None, Bound | None]:
+    """The range from `start` holding `chunk_size` rows now, cut where the server's index says (the uneven
+    strategy, whatever the key's spread): a chunk of a snapshot beside the stream, read in this process,
+    which an even step over a sparse key could make the whole table."""
+    return start, _next_boundary(conn, schema, [schema.column(k) for k in schema.split_key], start, chunk_size)
+
+
 def _next_boundary(
     conn: pymysql.connections.Connection, schema: TableSchema, cols: list[Column], start: Bound | None, chunk_size: int
 ) -> Bound | None:

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pymysql
 
 from binlake.capture import metrics
-from binlake.capture.chunking import plan_ranges
+from binlake.capture.chunking import next_range
 from binlake.capture.context import Context, current_position
 from binlake.capture.side_state import DONE, PAUSED, REFUSALS_KEPT, RUNNING, STOPPED, SideSnapshot, states
 from binlake.capture.signals import Signal, SignalRefused, waiting
@@ -277,11 +277,11 @@ def _next_chunk(ctx: Context, name: str) -> int:
 
 
 def _read_chunk(ctx: Context, schema: TableSchema, state: SideSnapshot) -> tuple[Split, Any]:
-    """The next chunk of the table, cut where the server says (binlake.capture.chunking) and read
+    """The next chunk of the table, cut at chunk-size rows where the server says (`next_range`) and read
     exactly: the chunk (landed at its high watermark) and its rows as bronze's columns."""
     conn = connect(ctx.params)
     try:
-        start, end = next(iter(plan_ranges(conn, schema, ctx.cfg.chunk_size, state.start)))
+        start, end = next_range(conn, schema, ctx.cfg.chunk_size, state.start)
     finally:
         conn.close()
     split = Split(schema.name, 0, state.chunk, start, end)
