@@ -145,7 +145,8 @@ class SideSnapshots:
                                 f"already ({held[busy[0]].chunks} chunks landed); send stop-snapshot first to "
                                 "begin again")
         for name in names:
-            why = _unsupported(self.ctx, self.schema(name)) or _refused_condition(self.ctx, name, signal.condition(name))
+            condition = signal.condition(name)
+            why = _unsupported(self.ctx, self.schema(name)) or _refused_condition(self.ctx, name, condition)
             if why:
                 raise SignalRefused(f"signal {signal.id} (execute-snapshot): {name} {why}")
         for name in names:

@@ -68,8 +68,8 @@ class StreamLoop:
 
     def run(self, target: BinlogPosition | None, every: float) -> dict[str, Any] | None:
         """Land batches until one ending at `target` has committed (None: until stopped) and no snapshot
-        beside the stream runs, a batch starting every `every` seconds at most. The end offset of a batch too large to hold, planned
-        and left for Spark's query to replay, or None when done."""
+        beside the stream runs, a batch starting every `every` seconds at most. The end offset of a batch
+        too large to hold, planned and left for Spark's query to replay, or None when done."""
         batch_id, begin, planned = checkpoint.pending(self.files)
         if begin is None:
             begin = self.start.to_dict()
