@@ -169,7 +169,8 @@ def test_the_stream_job_is_the_one_the_local_stream_builds(shop: Shop, spark: An
     body = job.job
     assert set(body) == {"connection", "schemas", "splits", "server_id", "start", "until", "since",
                          "reconnect_timeout", "applied", "patterns", "schema_changes", "versions", "lineage",
-                         "failover", "gtid_trailer", "gtid_offsets"}
+                         "failover", "gtid_trailer", "gtid_offsets", "signal_table"}
+    assert body["signal_table"] is None  # the pipeline takes no signals (docs/databricks.md)
     assert body["gtid_trailer"] is False  # its rows go to the pipeline's tables: no GTID record rows
     assert body["gtid_offsets"] is True  # the GTID state travels in the offsets Spark checkpoints
     # the server the snapshot was read from: the pipeline's stream checks it before it reads on

@@ -41,7 +41,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
                until: BinlogPosition | None = None, since: int | None = None,
                applied: dict[str, int] | None = None, patterns: list[str] | None = None,
                versions: dict[str, list[Version]] | None = None, gtid_trailer: bool = False,
-               gtid_offsets: bool = False) -> dict[str, Any]:
+               gtid_offsets: bool = False, signal_table: str | None = None) -> dict[str, Any]:
     """The `job` option of the binlake_binlog source (everything but the password); with `until`, the
     source offers nothing past that position; with `patterns` (source.tables), a table that comes to
     match them stops the batch that meets it (NewTableError), for the caller to capture it; with
@@ -49,7 +49,8 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
     stream.schema-changes, and without them stops at any (`fail`); with `gtid_trailer`, each batch ends
     with a row of the GTIDs it passed (`_op` 'g', for binlake.capture.failover); with `gtid_offsets`, each
     offset carries the GTID state at its position instead, and the source fails over by it (the
-    Lakeflow pipeline, whose stream has no driver code of binlake's to keep a record)."""
+    Lakeflow pipeline, whose stream has no driver code of binlake's to keep a record); with `signal_table`,
+    the rows inserted there come as the batch's signals (binlake.capture.signals)."""
     return {
         "schema_changes": "fail" if versions is None else ctx.cfg.get("stream.schema-changes"),
         "versions": {n: [v.to_dict() for v in vs] for n, vs in (versions or {}).items()},
@@ -67,7 +68,7 @@ def binlog_job(ctx: Context, schemas: dict[str, Any], splits: dict[str, Any], st
         "failover": ctx.lineage().failover,
         "gtid_trailer": gtid_trailer,
         "gtid_offsets": gtid_offsets,
-        "signal_table": ctx.cfg.get("source.signal-table"),
+        "signal_table": signal_table,
     }
 
 
@@ -90,7 +91,8 @@ def run_stream(ctx: Context, until_caught_up: bool) -> None:
 
     def job(until: BinlogPosition | None) -> dict[str, Any]:
         return binlog_job(ctx, schemas, handed, start, until, since, applied, ctx.cfg.tables,
-                          None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True)
+                          None if ctx.cfg.get("stream.schema-changes") == "fail" else history, gtid_trailer=True,
+                          signal_table=ctx.cfg.get("source.signal-table"))
 
     each_batch = MicroBatch(ctx, history, app, _gtid_record(ctx, start))
     metrics.streaming(list(schemas), ctx.target.stream_progress)
