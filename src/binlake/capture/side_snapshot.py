@@ -178,7 +178,7 @@ class SideSnapshots:
         if committed < split.hw:  # type: ignore[operator]
             return  # the stream has still to pass its high watermark
         self.reading = None
-        state = states(self.folder).get(table)
+        state = SideSnapshot.load(where)
         if state is None or state.began_at != reading.state.began_at or state.status not in (RUNNING, PAUSED):
             return  # stopped meanwhile: its rows are left unlanded
         schema = self.schema(table)
@@ -203,8 +203,8 @@ def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING, condi
     head = ctx.retrying("asking for the binlog head", lambda: current_position(ctx))
     for name in names:
         chunk = _next_chunk(ctx, name)
-        state = SideSnapshot(name, why, status, snapshot_seq(head), chunk, chunk, began_at=time.time(),
-                             condition=condition, fresh=fresh, head=str(head))
+        state = SideSnapshot(name, why, status, str(head), chunk, chunk, began_at=time.time(), condition=condition,
+                             fresh=fresh)
         state.save(ctx.target.side_snapshot(name))
         metrics.side_snapshot(name, 0, 0, status == RUNNING)
         if status == RUNNING:
@@ -230,7 +230,7 @@ def handover_splits(ctx: Context) -> dict[str, list[Split]]:
     its rows."""
     out = {}
     for name, state in states(ctx.target.side_snapshots).items():
-        if state.fresh and state.head is not None and name in ctx.schemas():
+        if state.fresh and name in ctx.schemas():
             whole = Split(name, 0, 0, None, None)
             out[name] = [whole.landed_at(BinlogPosition.parse(state.head), 0)]
     return out
@@ -291,8 +291,7 @@ def _read_chunk(ctx: Context, schema: TableSchema, state: SideSnapshot) -> tuple
     if flat is None:
         raise RuntimeFailure(f"a chunk of {schema.name} holds more than binlake reads at once, beside the stream; "
                              "lower snapshot.chunk-size")
-    typer = arrow_types.typer(schema)
-    rows = typer(flat) if typer is not None else flat
+    rows = arrow_types.typer(schema)(flat)  # type: ignore[misc]  # `_unsupported` refuses a table it cannot type
     mark = bronze.arrow_marks(rows, [split.index])[0]
     if mark["hw_file"] is None:
         raise RuntimeFailure(f"chunk {split.index} of {schema.name} has no watermark row after its read")

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from binlake.lake.storage import Location
+from binlake.offsets import BinlogPosition, snapshot_seq
 from binlake.splits import Bound
 
 RUNNING, PAUSED, DONE, STOPPED = "running", "paused", "done", "stopped"
@@ -23,7 +24,7 @@ class SideSnapshot:
     table: str
     reason: str  # what began it: "signal <id>", "new to the capture", "created while streaming"
     status: str  # running, paused, done, stopped
-    since: int  # `_seq` of the binlog head when it began: silver's rows older than it are gone at the end
+    head: str  # the binlog head when it began (`file:pos`): changes from it on are the stream's to land
     chunk: int  # the index (bronze's `_chunk`) of the next chunk read
     first: int = 0  # the index of its first chunk: bronze's snapshot rows from it on are this snapshot's
     start: Bound | None = None  # where the next chunk starts (None: the table's first)
@@ -31,21 +32,32 @@ class SideSnapshot:
     rows: int = 0  # snapshot rows landed
     condition: str | None = None  # SQL limiting the rows read (then no row of silver is deleted at the end)
     # a table new to the capture, silver holding nothing of it: the stream passes its changes before
-    # `head` (the binlog head `since` is of), as the handover passes a chunk's before its high watermark
+    # `head`, as the handover passes a chunk's before its high watermark
     fresh: bool = False
-    head: str | None = None
     began_at: float = 0.0
     updated_at: float = 0.0
 
+    @property
+    def since(self) -> int:
+        """The `_seq` of `head`: every change the stream lands for the table from the start on is newer."""
+        return snapshot_seq(BinlogPosition.parse(self.head))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d["since"] = str(self.since)
         d["start"] = None if self.start is None else list(self.start)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SideSnapshot:
-        return cls(**{**d, "since": int(d["since"]), "start": None if d.get("start") is None else tuple(d["start"])})
+        return cls(**{**d, "start": None if d.get("start") is None else tuple(d["start"])})
+
+    @classmethod
+    def load(cls, location: Location) -> SideSnapshot | None:
+        """The state written at `location`, or None (none there, or one being replaced)."""
+        try:
+            return cls.from_dict(json.loads(location.read_text())) if location.exists() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def save(self, location: Location) -> SideSnapshot:
         saved = replace(self, updated_at=time.time())
@@ -55,15 +67,8 @@ class SideSnapshot:
 
 def states(folder: Location) -> dict[str, SideSnapshot]:
     """Every table's snapshot beside the stream, by table: running, paused, or how the last one ended."""
-    found = {}
-    for entry in folder.iterdir():
-        if entry.name.endswith(".json"):
-            try:
-                state = SideSnapshot.from_dict(json.loads(entry.read_text()))
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            found[state.table] = state
-    return found
+    found = [SideSnapshot.load(entry) for entry in folder.iterdir() if entry.name.endswith(".json")]
+    return {state.table: state for state in found if state is not None}
 
 
 def refusals(folder: Location) -> list[dict[str, Any]]:
