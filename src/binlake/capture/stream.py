@@ -15,9 +15,9 @@ import logging
 from typing import Any
 
 from binlake.capture import failover, metrics, resnapshot, side_snapshot
-from binlake.capture.side_state import DONE
 from binlake.capture.context import Context
 from binlake.capture.plan import plan
+from binlake.capture.side_state import DONE
 from binlake.capture.snapshot import snapshot
 from binlake.capture.startup import SNAPSHOT_MODES, Start
 from binlake.capture.stream_query import run_stream
@@ -33,9 +33,9 @@ from binlake.lake import split_state
 from binlake.lake.checkpoint import committed_end, committed_offset
 from binlake.offsets import BinlogPosition
 from binlake.source.binlog_dump import gone_error
-from binlake.source.schema_changes import CREATED
 from binlake.source.connection import connect
 from binlake.source.identity import Anchor, Lineage, ServerIdentity, identify, verify
+from binlake.source.schema_changes import CREATED
 from binlake.source.validation import check_server_ids
 
 log = logging.getLogger(__name__)

@@ -21,12 +21,12 @@ from binlake.lake.silver_shape import Shape
 from binlake.schema import TableSchema
 
 
-def _seq_after(seq: int, newer: bool) -> str:
-    """A condition on `_seq` for delta-rs's SQL engine. Not `_seq > x` itself: delta-rs writes the
-    statistics of a DECIMAL(38,0) column as 9223372036854775807 (the largest 64-bit integer), and its
-    scan, trusting them, answers a comparison of `_seq` wrongly (seen: every row older than a value
-    smaller than all of them); `coalesce` keeps the comparison to the rows' own values."""
-    return f"coalesce(_seq, 0) {'>' if newer else '<'} CAST('{int(seq)}' AS DECIMAL(38,0))"
+def _seq_after(seq: int) -> str:
+    """`_seq > seq` for delta-rs's SQL engine. Not that condition itself: delta-rs writes the statistics
+    of a DECIMAL(38,0) column as 9223372036854775807 (the largest 64-bit integer), and its scan, trusting
+    them, answers a comparison of `_seq` wrongly (seen: every row older than a value smaller than all of
+    them); `coalesce` keeps the comparison to the rows' own values."""
+    return f"coalesce(_seq, 0) > CAST('{int(seq)}' AS DECIMAL(38,0))"
 
 
 def _plain(rows: Any) -> Any:
@@ -42,7 +42,7 @@ def changed_since(location: str, key: list[str], seq: int) -> Any:
     ops = ", ".join(f"'{op}'" for op in BINLOG_OPS)
     names = ", ".join(arrow_commit.quoted(k) for k in key)
     return _plain(arrow_commit.query(location, "bronze", f"SELECT DISTINCT {names} FROM bronze "
-                                                         f"WHERE {_seq_after(seq, True)} AND _op IN ({ops})"))
+                                                         f"WHERE {_seq_after(seq)} AND _op IN ({ops})"))
 
 
 def without(rows: Any, keys: Any, key: list[str]) -> Any:
@@ -64,7 +64,7 @@ def untouched(silver_at: str, bronze_at: str, schema: TableSchema, first_chunk: 
     names = ", ".join(arrow_commit.quoted(k) for k in key)
     ops = ", ".join(f"'{op}'" for op in BINLOG_OPS)
     touched = _plain(arrow_commit.query(bronze_at, "bronze", f"""SELECT DISTINCT {names} FROM bronze
-        WHERE (_op = 'r' AND _chunk >= {int(first_chunk)}) OR (_op IN ({ops}) AND {_seq_after(since - 1, True)})"""))
+        WHERE (_op = 'r' AND _chunk >= {int(first_chunk)}) OR (_op IN ({ops}) AND {_seq_after(since - 1)})"""))
     keys = without(_plain(arrow_commit.query(silver_at, "silver", f"SELECT {names}, _seq FROM silver")), touched, key)
     # a delete needs its key and `_seq` only: silver's other columns go empty (read for their types alone)
     shape = _plain(arrow_commit.query(silver_at, "silver", "SELECT * FROM silver LIMIT 0")).schema
@@ -74,7 +74,7 @@ def untouched(silver_at: str, bronze_at: str, schema: TableSchema, first_chunk: 
 
 
 def apply(location: str, schema: TableSchema, changes: Any, index: Any, shape: Shape) -> None:
-    """Snapshot rows (`r`) and deletes (`d`), each newer than silver's row of its key, into the silver
+    """Snapshot rows (`r`) and deletes (`d`), each no older than silver's row of its key, into the silver
     table at `location`: marked when that is the cheaper write, else by delta-rs's MERGE."""
     if changes.num_rows == 0 or apply_marked(location, schema, changes, index):
         return
