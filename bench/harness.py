@@ -212,6 +212,7 @@ class TreeSampler:
         self.peak_pss_bytes = 0
         self.peak_parts: dict[str, float] = {}
         self.cpu: dict[int, float] = {}  # pid -> CPU seconds (user + system) at its last sample
+        self.kinds: dict[int, str] = {}  # pid -> what it is (`_kind`)
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -241,6 +242,7 @@ class TreeSampler:
                     kind = _kind(p)
                     t = p.cpu_times()
                     self.cpu[p.pid] = t.user + t.system
+                    self.kinds[p.pid] = kind
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
                 total += info.rss
@@ -262,6 +264,13 @@ class TreeSampler:
         """CPU seconds of the whole tree, as last sampled per process (a process's last interval before
         it ended is missed: Spark's Python workers live as long as the JVM)."""
         return round(sum(self.cpu.values()), 1)
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """`cpu_s` split by what each process is: the CLI's Python, the JVM, Spark's Python workers."""
+        split: dict[str, float] = {}
+        for pid, seconds in self.cpu.items():
+            split[self.kinds[pid]] = split.get(self.kinds[pid], 0.0) + seconds
+        return split
 
     @property
     def peak_pss_mb(self) -> float:

@@ -227,7 +227,7 @@ def measure(source: Source, rows: int, name: str) -> dict[str, Any]:
             ready_s = time.monotonic() - started
             silver_before = steady_lake.folder_bytes(silver)[0]
             bronze_before = steady_lake.folder_bytes(bronze)[0]
-            cpu_before, server_cpu = sampler.cpu_s, source.cpu_s()
+            cpu_before, server_cpu, split_before = sampler.cpu_s, source.cpu_s(), sampler.cpu_by_kind()
             writer.start()
             while writer.is_alive():
                 watcher.poll()
@@ -243,6 +243,7 @@ def measure(source: Source, rows: int, name: str) -> dict[str, Any]:
             wait_for(landed(sentinel), 900, "the stream catching up after the writer stopped", proc, log)
             caught_up_s = time.time() - writer.ended
             cpu_s, server_cpu = sampler.cpu_s - cpu_before, source.cpu_s() - server_cpu
+            split = {k: round(v - split_before.get(k, 0.0), 1) for k, v in sampler.cpu_by_kind().items()}
             peak_mb = sampler.peak_mb
         stopped = stop_group(proc, grace=60, leader_first=True)
     finally:
@@ -278,6 +279,7 @@ def measure(source: Source, rows: int, name: str) -> dict[str, Any]:
         "caught_up_s": round(caught_up_s, 1),
         "cpu_s": round(cpu_s, 1),
         "cpu_s_per_1m_changes": round(cpu_s * 1e6 / changes, 1) if changes else None,
+        "cpu_s_by_process": split,  # the CLI's Python, the JVM, Spark's Python workers
         "server_cpu_s_per_1m_changes": round(server_cpu * 1e6 / changes, 1) if changes else None,
         "peak_rss_mb": peak_mb,
         **ends,

@@ -1,8 +1,9 @@
 """Snapshots beside the running stream (binlake.capture.side_snapshot), started by signals: a table
-whose silver went wrong is snapshotted again while 16 writers change it, paused and resumed, and
-`binlake run` is killed (SIGKILL to its process group) in the middle; after the restart silver equals
-the source, and bronze holds every binlog change of the table once, checked against the binlog
-replayed by mysql-replication alone. Bad signals are each refused in one line, the stream going on."""
+whose silver went wrong is snapshotted again while 16 writers change it and 4 more another captured
+table, paused and resumed, and `binlake run` is killed (SIGKILL to its process group) in the middle;
+after the restart both silvers equal the source, and both bronzes hold every binlog change of their
+table once, checked against the binlog replayed by mysql-replication alone. Bad signals are each
+refused in one line, the stream going on."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from .workload import (BINLAKE, CLI_ENV, ROOT, Writers, assert_quiet, bronze_dup
 # `make soak` runs it at 1,000,000 rows (BINLAKE_SIDE_ROWS)
 ROWS = int(os.environ.get("BINLAKE_SIDE_ROWS", "3000"))
 CHUNK = max(200, ROWS // 100)
+OTHER_ROWS = min(ROWS, 20_000)  # the other captured table's
 
 
 def _started(cfg_path: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -84,7 +86,8 @@ def _bronze_changes(spark: Any, location: str, start: BinlogPosition) -> Counter
     return Counter((r["_file"], int(r["_pos"])) for r in rows if BinlogPosition(r["_file"], int(r["_pos"])) >= start)
 
 
-def _replayed(dev_db: Any, database: str, start: BinlogPosition, stop: BinlogPosition) -> Counter[tuple[str, int]]:
+def _replayed(dev_db: Any, database: str, table: str, start: BinlogPosition,
+              stop: BinlogPosition) -> Counter[tuple[str, int]]:
     """Bronze's rows per event, as the binlog replayed by mysql-replication alone says (an event's start
     is its end position minus its whole size): a key-changing update is two."""
     from pymysqlreplication import BinLogStreamReader
@@ -94,7 +97,7 @@ def _replayed(dev_db: Any, database: str, start: BinlogPosition, stop: BinlogPos
     stream = BinLogStreamReader(connection_settings=connection, server_id=5790, log_file=start.file,
                                 log_pos=start.pos, resume_stream=True, blocking=False,
                                 only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
-                                only_schemas=[database], only_tables=["t"], is_mariadb=False, enable_logging=False)
+                                only_schemas=[database], only_tables=[table], is_mariadb=False, enable_logging=False)
     found: Counter[tuple[str, int]] = Counter()
     try:
         for event in stream:
@@ -109,13 +112,16 @@ def _replayed(dev_db: Any, database: str, start: BinlogPosition, stop: BinlogPos
     return found
 
 
-def _captured(dev_db: Any, database: str, tmp_path: Path, rows: int, chunk: int,
-              signal_table: str | None = None) -> tuple[int, Path, Target, str]:
-    """A table `t` of `rows` rows, captured by a first `binlake run --until-caught-up`: the source's port,
-    the configuration, the lake and the table's name."""
+def _captured(dev_db: Any, database: str, tmp_path: Path, rows: int, chunk: int, signal_table: str | None = None,
+              other_rows: int = 0) -> tuple[int, Path, Target, str]:
+    """A table `t` of `rows` rows (and `u` of `other_rows`, if any), captured by a first `binlake run
+    --until-caught-up`: the source's port, the configuration, the lake and `t`'s name."""
     port = dev_db.running_port()
     create_table(port, database, rows)
     cfg_path = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=chunk, group_size=2)
+    if other_rows:
+        create_table(port, database, other_rows, "u")
+        cfg_path.write_text(cfg_path.read_text().replace("\\.t'", "\\.[tu]'"))
     if signal_table:
         cfg_path.write_text(cfg_path.read_text().replace("source:\n", f"source:\n  signal-table: {signal_table}\n", 1))
     first = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
@@ -125,14 +131,15 @@ def _captured(dev_db: Any, database: str, tmp_path: Path, rows: int, chunk: int,
 
 def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_kill(
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
-    port, cfg_path, target, name = _captured(dev_db, database, tmp_path, ROWS, CHUNK)
-    silver, bronze = target.silver(name).location, target.bronze(name).location
+    port, cfg_path, target, name = _captured(dev_db, database, tmp_path, ROWS, CHUNK, other_rows=OTHER_ROWS)
+    silver = target.silver(name).location
     _spoil(spark, silver)
     assert silver_rows(spark, silver) != source_rows(port, database)  # the snapshot has something to repair
     began = _head(dev_db)
 
     logs = [tmp_path / "run-0.log", tmp_path / "run-1.log"]
-    with Writers(port, database, ROWS, threads=16, pause=0.1) as writers:
+    with Writers(port, database, ROWS, threads=16, pause=0.1) as writers, \
+            Writers(port, database, OTHER_ROWS, threads=4, pause=0.1, table="u") as others:
         proc = _started(cfg_path, logs[0])
         try:
             _wait("the stream", lambda: target.stream_progress.exists(), proc, logs[0])
@@ -144,7 +151,10 @@ def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_ki
             time.sleep(1.5)  # the chunk being read when the pause came lands; no other
             held = _state(target, name)["chunks"]  # type: ignore[index]
             assert held <= paused["chunks"] + 1
-            time.sleep(4)
+            looked = time.monotonic()
+            shown = json.loads(run_cli("status", "-c", str(cfg_path), "--json").stdout)
+            paused_shown = next(t for t in shown["tables"] if t["source"] == name)["side_snapshot"]
+            time.sleep(max(0.0, 4 - (time.monotonic() - looked)))
             assert _state(target, name)["chunks"] == held, "chunks landed while paused"  # type: ignore[index]
             _signal(cfg_path, "resume-snapshot", name)
             landed = _wait("2 more chunks", lambda: (s := _state(target, name)) and s["status"] == "running"
@@ -160,19 +170,29 @@ def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_ki
             time.sleep(2)
         finally:
             writers.stop()
+            others.stop()
             _stopped(proc)
     caught_up = run_cli("run", "-c", str(cfg_path), "--until-caught-up")
     assert caught_up.returncode == 0, caught_up.stderr[-3000:]
     assert_quiet(caught_up.stderr)
-    assert writers.ops > 500 and not writers.errors, (writers.ops, writers.errors[:3])
+    assert writers.ops > 500 and others.ops > 100 and not writers.errors + others.errors, \
+        (writers.ops, others.ops, (writers.errors + others.errors)[:3])
     assert done["chunks"] > landed["chunks"] and done["rows"] >= ROWS // 2, done
 
-    assert silver_rows(spark, silver) == source_rows(port, database)
-    assert bronze_duplicates(spark, bronze) == 0
-    assert _bronze_changes(spark, bronze, began) == _replayed(dev_db, database, began, _head(dev_db))
+    stop = _head(dev_db)
+    for table in ("t", "u"):
+        where = f"{database}.{table}"
+        assert silver_rows(spark, target.silver(where).location) == source_rows(port, database, table), table
+        assert bronze_duplicates(spark, target.bronze(where).location) == 0, table
+        assert _bronze_changes(spark, target.bronze(where).location, began) == \
+            _replayed(dev_db, database, table, began, stop), table
     report = json.loads(run_cli("status", "-c", str(cfg_path), "--json").stdout)
     side = next(t for t in report["tables"] if t["source"] == name)["side_snapshot"]
-    assert side["status"] == "done" and side["chunks"] == done["chunks"]
+    assert side["status"] == "done" and side["chunks"] == done["chunks"] and side["chunks_left"] == 0
+    # while paused, status showed about how many were left, from the server's row estimate
+    assert paused_shown["status"] == "paused" and paused_shown["chunks_left"] >= 1, paused_shown
+    assert abs(paused_shown["chunks"] + paused_shown["chunks_left"] - done["chunks"]) <= done["chunks"] // 2, \
+        (paused_shown, done)
 
 
 def test_bad_signals_are_each_refused_in_one_line_and_the_stream_goes_on(

@@ -29,11 +29,11 @@ TABLE_DDL = (
 )
 
 
-def create_table(port: int, database: str, rows: int) -> None:
+def create_table(port: int, database: str, rows: int, table: str = "t") -> None:
     with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
                          autocommit=True) as conn, conn.cursor() as cur:
-        cur.execute(TABLE_DDL)
-        cur.execute(f"INSERT INTO t SELECT seq, seq % 97, CONCAT('row-', seq), seq / 7, "
+        cur.execute(TABLE_DDL.replace("TABLE t ", f"TABLE {table} "))
+        cur.execute(f"INSERT INTO {table} SELECT seq, seq % 97, CONCAT('row-', seq), seq / 7, "
                     f"'2024-01-01 00:00:00' + INTERVAL seq SECOND, IF(seq % 5 = 0, NULL, 'n') FROM {seq(1, rows)}")
 
 
@@ -134,10 +134,11 @@ def killed_under_writers(cfg_path: Path, progress: Any, log: Path, writers: Rand
 
 
 class Writers:
-    """Threads doing inserts, updates, multi-row updates, deletes and primary-key changes."""
+    """Threads doing inserts, updates, multi-row updates, deletes and primary-key changes in `table`."""
 
-    def __init__(self, port: int, database: str, rows: int, threads: int = 2, pause: float = 0.0) -> None:
-        self.port, self.database, self.rows, self.pause = port, database, rows, pause
+    def __init__(self, port: int, database: str, rows: int, threads: int = 2, pause: float = 0.0,
+                 table: str = "t") -> None:
+        self.port, self.database, self.rows, self.pause, self.table = port, database, rows, pause, table
         self.stop_flag = threading.Event()
         self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(threads)]
         self.ops = 0
@@ -168,19 +169,20 @@ class Writers:
             try:
                 if op < 0.25:
                     fresh += 1
-                    cur.execute("INSERT INTO t VALUES (%s, %s, %s, %s, NOW(6), 'ins')",
+                    cur.execute(f"INSERT INTO {self.table} VALUES (%s, %s, %s, %s, NOW(6), 'ins')",
                                 (fresh, fresh % 97, f"new-{fresh}", rnd.randint(0, 10**6) / 100))
                 elif op < 0.55:
-                    cur.execute("UPDATE t SET v = %s, amount = amount + 1, updated = NOW(6) WHERE id = %s",
+                    cur.execute(f"UPDATE {self.table} SET v = %s, amount = amount + 1, updated = NOW(6) "
+                                "WHERE id = %s",
                                 (f"upd-{rnd.random():.6f}", target))
                 elif op < 0.58:
-                    cur.execute("UPDATE t SET k = k + 1, note = 'multi' WHERE id BETWEEN %s AND %s",
+                    cur.execute(f"UPDATE {self.table} SET k = k + 1, note = 'multi' WHERE id BETWEEN %s AND %s",
                                 (target, target + rnd.randint(20, 200)))
                 elif op < 0.85:
-                    cur.execute("DELETE FROM t WHERE id = %s", (target,))
+                    cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (target,))
                 else:
                     fresh += 1
-                    cur.execute("UPDATE t SET id = %s WHERE id = %s", (fresh, target))
+                    cur.execute(f"UPDATE {self.table} SET id = %s WHERE id = %s", (fresh, target))
                 self.ops += 1
             except pymysql.err.MySQLError as exc:
                 self.errors.append(str(exc))
@@ -251,10 +253,10 @@ class TailInserter(threading.Thread):
         self.join(timeout=30)
 
 
-def source_rows(port: int, database: str) -> list[tuple[Any, ...]]:
+def source_rows(port: int, database: str, table: str = "t") -> list[tuple[Any, ...]]:
     with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database) as conn, \
             conn.cursor() as cur:
-        cur.execute("SELECT id, k, v, amount, updated, note FROM t ORDER BY id")
+        cur.execute(f"SELECT id, k, v, amount, updated, note FROM {table} ORDER BY id")
         return [tuple(r) for r in cur.fetchall()]
 
 

@@ -38,6 +38,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from binlake.capture.side_state import RUNNING, SideSnapshot
 from binlake.config import MASK, Config
 from binlake.errors import BinlakeError, ConfigError, raised_in_spark
 from binlake.lake.storage import Location
@@ -104,6 +105,9 @@ class Metrics:
                                  "the stream", ["table"], registry=r)
         self.side_rows = Gauge("binlake_side_snapshot_rows", "Rows landed by the table's snapshot beside the stream",
                                ["table"], registry=r)
+        self.side_left = Gauge("binlake_side_snapshot_chunks_left", "About how many chunks the table's snapshot "
+                               "beside the stream has still to land (from the server's row estimate)", ["table"],
+                               registry=r)
         self.side_running = Gauge("binlake_side_snapshot_running", "1 while the table's snapshot beside the stream "
                                   "runs, 0 once paused, stopped or done", ["table"], registry=r)
         self.behind = Behind()
@@ -159,11 +163,14 @@ def snapshot_rows(table: str, rows: int) -> None:
     _metrics.rows.labels(table=table, phase="snapshot").inc(rows)
 
 
-def side_snapshot(table: str, chunks: int, rows: int, running: bool) -> None:
-    """`table`'s snapshot beside the stream has landed `chunks` chunks of `rows` rows, and runs or not."""
-    _metrics.side_chunks.labels(table=table).set(chunks)
-    _metrics.side_rows.labels(table=table).set(rows)
-    _metrics.side_running.labels(table=table).set(1 if running else 0)
+def side_snapshot(state: SideSnapshot) -> None:
+    """Where a table's snapshot beside the stream stands now."""
+    table, left = state.table, state.chunks_left()
+    _metrics.side_chunks.labels(table=table).set(state.chunks)
+    _metrics.side_rows.labels(table=table).set(state.rows)
+    _metrics.side_running.labels(table=table).set(1 if state.status == RUNNING else 0)
+    if left is not None:
+        _metrics.side_left.labels(table=table).set(left)
 
 
 def streaming(tables: list[str], progress: Location) -> None:

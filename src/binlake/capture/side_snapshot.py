@@ -46,6 +46,7 @@ import pymysql
 from binlake.capture import metrics
 from binlake.capture.chunking import next_range
 from binlake.capture.context import Context, current_position
+from binlake.capture.plan import table_rows
 from binlake.capture.side_state import DONE, PAUSED, REFUSALS_KEPT, RUNNING, STOPPED, SideSnapshot, states
 from binlake.capture.signals import Signal, SignalRefused, waiting
 from binlake.capture.snapshot import chunk_job
@@ -130,7 +131,7 @@ class SideSnapshots:
                                 f"{signal.kind.split('-')[0]}")
         for state in chosen:
             saved = replace(state, status=change[1]).save(self.ctx.target.side_snapshot(state.table))
-            metrics.side_snapshot(saved.table, saved.chunks, saved.rows, saved.status == RUNNING)
+            metrics.side_snapshot(saved)
             log.warning("snapshot of %s %s (chunk %d, %d rows so far)", state.table,
                         {PAUSED: "paused", RUNNING: "resumed", STOPPED: "stopped"}[change[1]], state.chunks,
                         state.rows)
@@ -192,7 +193,7 @@ class SideSnapshots:
             log.warning("snapshot of %s beside the stream done: %d chunks, %d rows", split.table, state.chunks,
                         state.rows)
         state = state.save(where)
-        metrics.side_snapshot(state.table, state.chunks, state.rows, state.status == RUNNING)
+        metrics.side_snapshot(state)
 
 
 def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING, condition: str | None = None,
@@ -203,10 +204,11 @@ def begin(ctx: Context, names: list[str], why: str, status: str = RUNNING, condi
     head = ctx.retrying("asking for the binlog head", lambda: current_position(ctx))
     for name in names:
         chunk = _next_chunk(ctx, name)
+        estimate = _estimate(ctx, name) if status == RUNNING else None
         state = SideSnapshot(name, why, status, str(head), chunk, chunk, began_at=time.time(), condition=condition,
-                             fresh=fresh)
+                             fresh=fresh, estimate=estimate)
         state.save(ctx.target.side_snapshot(name))
-        metrics.side_snapshot(name, 0, 0, status == RUNNING)
+        metrics.side_snapshot(state)
         if status == RUNNING:
             log.warning("snapshotting %s beside the stream (%s)", name, why)
 
@@ -264,6 +266,15 @@ def _refused_condition(ctx: Context, name: str, condition: str | None) -> str | 
     except pymysql.err.MySQLError as exc:
         return (f"has the additional condition {condition!r}, which the server refuses ({exc.args[-1]}); "
                 "fix the filter: SQL over the table's columns, as in a WHERE clause")
+    finally:
+        conn.close()
+
+
+def _estimate(ctx: Context, name: str) -> int:
+    """The table's rows as the server estimates them (counted when few), for the chunks left."""
+    conn = connect(ctx.params)
+    try:
+        return table_rows(conn, ctx.schemas()[name], ctx.cfg.chunk_size)
     finally:
         conn.close()
 

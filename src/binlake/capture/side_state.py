@@ -5,6 +5,7 @@ stream and by `binlake status`, which must not pay for the stream's imports."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -34,6 +35,7 @@ class SideSnapshot:
     # a table new to the capture, silver holding nothing of it: the stream passes its changes before
     # `head`, as the handover passes a chunk's before its high watermark
     fresh: bool = False
+    estimate: int | None = None  # the table's rows when it began, as the server estimates them (for chunks left)
     began_at: float = 0.0
     updated_at: float = 0.0
 
@@ -41,6 +43,18 @@ class SideSnapshot:
     def since(self) -> int:
         """The `_seq` of `head`: every change the stream lands for the table from the start on is newer."""
         return snapshot_seq(BinlogPosition.parse(self.head))
+
+    def chunks_left(self) -> int | None:
+        """About how many chunks are still to land: the rows the server estimated when the snapshot began,
+        less those landed, at the rows a landed chunk held on average; at least one until the last has
+        landed. None where that is not known: before the first chunk lands, or for a condition's rows.
+        The chunks are cut as the snapshot goes (`next_range`), so no count is exact before the end."""
+        if self.status == DONE:
+            return 0
+        if self.estimate is None or self.condition is not None or not self.chunks:
+            return None
+        per_chunk = max(1, self.rows // self.chunks)
+        return max(1, math.ceil((self.estimate - self.rows) / per_chunk))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -81,11 +95,14 @@ def refusals(folder: Location) -> list[dict[str, Any]]:
 
 def report(folder: Location) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """For `binlake status`: each table's snapshot beside the stream, and the last signals refused."""
-    return {name: state.to_dict() for name, state in states(folder).items()}, refusals(folder)
+    shown = {name: {**state.to_dict(), "chunks_left": state.chunks_left()} for name, state in states(folder).items()}
+    return shown, refusals(folder)
 
 
 def summary(state: dict[str, Any]) -> str:
     """One line of `binlake status` for a table's snapshot beside the stream."""
     began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(state["began_at"]))
-    return (f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks, {state['rows']} rows "
+    left = state.get("chunks_left")
+    about = f", about {left} left" if left and state["status"] != DONE else ""
+    return (f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks{about}, {state['rows']} rows "
             f"({state['reason']}, began {began})")
