@@ -38,6 +38,7 @@ STEADY_TARGETS = [
     ("silver_live_files", 100, "a lake left running: silver's live files at the end"),
     ("bronze_live_files", 100, "a lake left running: bronze's live files at the end"),
     ("scan_ratio", 1.5, "a lake left running: delta-rs full scan of silver / of the same rows compacted"),
+    ("scan_cpu_ratio", 1.5, "a lake left running: that scan's CPU seconds, silver / the compacted copy"),
     ("silver_differs", 0, "a lake left running: silver differs from the source at the end (1 = yes)"),
 ]
 TARGETS += [(key, figure, "<=", target, f"{meaning}, {server}") for key, server in
@@ -325,7 +326,7 @@ def _steady_lines(runs: list[dict[str, Any]]) -> list[str]:
             f"{st['bronze_live_files']}, {_n(st['bronze_live_bytes'] / mb, 1)} | "
             f"{_n(st['silver_folder_bytes'] / mb, 1)} ({_n(st['silver_growth_bytes_per_change'])}) | "
             f"{_n(st['bronze_folder_bytes'] / mb, 1)} | {_n(st['scan_silver_s'], 3)} / "
-            f"{_n(st['scan_compacted_s'], 3)} ({_n(st['scan_ratio'], 2)}x) | "
+            f"{_n(st['scan_compacted_s'], 3)} ({_n(st['scan_ratio'], 2)}x; CPU {_n(st.get('scan_cpu_ratio'), 2)}x) | "
             f"{'yes' if not st['silver_differs'] else 'NO'} |")
     for st in runs:
         lines += ["", _steady_note(st)]

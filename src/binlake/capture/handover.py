@@ -38,6 +38,11 @@ class TableHandover:
     hws: list[BinlogPosition]
     max_hw: BinlogPosition
     order: KeyOrder | None = field(default=None, repr=False)
+    # before it, no row is emitted whatever its key (asked of every row event: not a min over the splits)
+    min_hw: BinlogPosition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.min_hw = min(self.hws)
 
     def should_emit(self, change: RowChange) -> bool:
         pos = change.position
@@ -87,7 +92,7 @@ class Handover:
         if self._tables is None:
             raise RuntimeError("Handover.bind() must be called before passes_all()")
         found = self._tables.get(table)
-        return found is not None and at < min(found.hws)
+        return found is not None and at < found.min_hw
 
     def should_emit(self, change: RowChange) -> bool:
         if self._tables is None:
