@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from binlake.lake import storage
+from binlake.lake.table_log import Snapshot
 
 # the most rows of a small table, whose snapshot is read whole in the driver and committed here (0:
 # every commit through Spark)
@@ -112,6 +113,18 @@ def writable(location: str, names: list[str]) -> Any:
     features = set(table.protocol().writer_features or [])
     same = [f.name for f in table.schema().fields] == names
     return table if same and features <= WRITER_FEATURES else None
+
+
+def takes(location: str, names: list[str]) -> bool:
+    """Whether `writable` would give the table at `location`, by binlake's own read of its log
+    (binlake.lake.table_log, read on from the last look): no delta-rs table opened, which reads the
+    log anew each time (a micro-batch that marks silver never needs one)."""
+    if not storage.has_commit(location):
+        return False
+    snapshot = Snapshot.read(location)
+    features = set(snapshot.protocol.get("writerFeatures") or [])
+    same = [f["name"] for f in json.loads(snapshot.metadata["schemaString"])["fields"]] == names
+    return same and features <= WRITER_FEATURES
 
 
 def first_commit(struct: Any, properties: dict[str, str]) -> list[dict[str, Any]]:
