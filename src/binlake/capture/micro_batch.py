@@ -142,13 +142,12 @@ class MicroBatch:
         if schema.multiset or self.ctx.shape.versions or schema.row_filter \
                 or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0), stream=True):
             return None
-        into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
         silver_names = silver.struct(schema, self.ctx.shape).fieldNames()
-        if into_bronze is None or not arrow_commit.takes(s, silver_names):
+        if not arrow_commit.takes(b, bronze.struct(schema).fieldNames()) or not arrow_commit.takes(s, silver_names):
             return None
         t = time.monotonic()
         changes = batch.typed(name, schema)
-        arrow_commit.append(into_bronze, changes)
+        arrow_commit.add_file(b, changes)
         faults.point("mid_stream", name)
         bronze_s = time.monotonic() - t
         shape = self.ctx.shape

@@ -316,10 +316,9 @@ def _land_chunk(ctx: Context, schema: TableSchema, split: Split, rows: Any, inde
     name = schema.name
     b = ctx.target.bronze(name).location
     s = ctx.target.silver(name).location
-    into_bronze = arrow_commit.writable(b, bronze.struct(schema).fieldNames())
-    if into_bronze is None:
+    if not arrow_commit.takes(b, bronze.struct(schema).fieldNames()):
         raise RuntimeFailure(f"{name}'s bronze is not a table delta-rs writes; use binlake resnapshot for it")
-    arrow_commit.append(into_bronze, rows)
+    arrow_commit.add_file(b, rows)
     reads = rows.filter(pc.equal(rows.column("_op"), "r"))
     seq = snapshot_seq(split.hw)  # type: ignore[arg-type]
     fresh = chunk_merge.without(reads, chunk_merge.changed_since(b, list(schema.key), seq), list(schema.key))

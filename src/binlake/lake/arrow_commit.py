@@ -23,6 +23,7 @@ which Spark then refuses (`DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from binlake.lake import storage
+from binlake.lake.delta_commit import commit, data_file
 from binlake.lake.table_log import Snapshot
 
 # the most rows of a small table, whose snapshot is read whole in the driver and committed here (0:
@@ -208,6 +210,28 @@ def append(table: Any, rows: Any) -> None:
     from deltalake import write_deltalake
 
     write_deltalake(table, rows, mode="append")
+
+
+def add_file(location: str, rows: Any) -> None:
+    """Append the Arrow table `rows` (the table's columns, by name) to the local table at `location`:
+    one data file in one commit, by binlake's own writer (binlake.lake.delta_commit), with no delta-rs
+    table opened. For a stream's bronze, which takes one a micro-batch: delta-rs reads the table's log
+    anew for each and writes with a runtime's threads, a third of the stream's CPU on a 5M-row table
+    under 2,000 changes a second."""
+    snapshot = Snapshot.read(location)
+    want = _arrow_schema(snapshot.metadata["schemaString"])
+    if rows.schema.names != want.names or rows.schema.types != want.types:
+        rows = rows.select(want.names).cast(want)
+    commit(snapshot, {}, [data_file(snapshot, rows)], operation="WRITE", parameters={"mode": "Append"})
+
+
+@functools.lru_cache(maxsize=64)
+def _arrow_schema(schema_string: str) -> Any:
+    """The Arrow columns of a Delta schema (its metadata's `schemaString`), every one nullable."""
+    import pyarrow as pa
+    from deltalake import Schema
+
+    return pa.schema([pa.field(f.name, f.type) for f in pa.schema(Schema.from_json(schema_string).to_arrow())])
 
 
 def quoted(name: str) -> str:
