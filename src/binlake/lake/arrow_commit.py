@@ -1,6 +1,6 @@
-"""Delta commits made in the driver from Arrow data, by delta-rs: a local table's snapshot, group by
-group, and a micro-batch's few changes of a table land in milliseconds instead of a Spark job's second
-or two.
+"""Delta commits made in the driver from Arrow data, by delta-rs (a stream's bronze append by binlake's
+own commit, `add_file`): a local table's snapshot, group by group, and a micro-batch's few changes of a
+table land in milliseconds instead of a Spark job's second or two.
 
 Measured on 2 cores with a 100-row table (median of 8): Spark creates an empty table in 0.69 s,
 appends in 0.58 s and MERGEs in 2.39 s, whatever the rows; delta-rs appends in 5 ms and MERGEs in
