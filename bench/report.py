@@ -326,7 +326,8 @@ def _steady_lines(runs: list[dict[str, Any]]) -> list[str]:
             f"{st['bronze_live_files']}, {_n(st['bronze_live_bytes'] / mb, 1)} | "
             f"{_n(st['silver_folder_bytes'] / mb, 1)} ({_n(st['silver_growth_bytes_per_change'])}) | "
             f"{_n(st['bronze_folder_bytes'] / mb, 1)} | {_n(st['scan_silver_s'], 3)} / "
-            f"{_n(st['scan_compacted_s'], 3)} ({_n(st['scan_ratio'], 2)}x; CPU {_n(st.get('scan_cpu_ratio'), 2)}x) | "
+            f"{_n(st['scan_compacted_s'], 3)} ({_n(st['scan_ratio'], 2)}x; "
+            f"CPU {_n(st.get('scan_cpu_ratio'), 2)}x) | "
             f"{'yes' if not st['silver_differs'] else 'NO'} |")
     for st in runs:
         lines += ["", _steady_note(st)]

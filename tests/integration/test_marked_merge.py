@@ -136,8 +136,8 @@ def test_a_small_table_or_a_batch_in_few_bytes_keeps_the_merge(tmp_path: Path) -
     assert sorted(p.name for p in (tmp_path / "silver" / "_delta_log").iterdir()) == before
 
 
-def test_decimals_of_a_marked_batch_read_back_equal_by_spark_and_delta_rs(spark: Any, tmp_path: Path,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decimals_of_a_marked_batch_read_back_equal_by_spark_and_delta_rs(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A marked batch's file stores a decimal of 18 digits or fewer as a Parquet integer (as Spark and
     delta-rs write it), beside the snapshot's files, which delta-rs wrote: both readers take both."""
     import pyarrow.parquet as pq
@@ -149,20 +149,22 @@ def test_decimals_of_a_marked_batch_read_back_equal_by_spark_and_delta_rs(spark:
                                               for n, (p, s) in kinds.items()]),
                          ("id",))
     arrow = pa.schema([("id", pa.int64()), *[(n, pa.decimal128(p, s)) for n, (p, s) in kinds.items()],
-                       ("_seq", pa.decimal128(38, 0)), ("_ts", pa.timestamp("us", "UTC")), ("_op", pa.string())])
+                       ("_seq", pa.decimal128(38, 0)), ("_ts", pa.timestamp("us", "UTC")),
+                       ("_op", pa.string())])
 
     def values(i: int, b: int) -> dict[str, Decimal]:
         sign = -1 if i % 3 == 0 else 1
         return {"small": Decimal(sign * (i * 7 + b) % 99999), "money": Decimal(sign * (i * 1000 + b)) / 100,
-                "wide": Decimal(sign * (i * 10**9 + b)) / 10**4, "huge": Decimal(sign * (i * 10**20 + b)) / 10**9}
+                "wide": Decimal(sign * (i * 10**9 + b)) / 10**4,
+                "huge": Decimal(sign * (i * 10**20 + b)) / 10**9}
 
     def changes(keys: range | list[int], b: int, op: str) -> pa.Table:
-        return pa.Table.from_pylist([{"id": i, **values(i, b), "_seq": Decimal(1000 * b + n), "_ts": AT, "_op": op}
-                                     for n, i in enumerate(keys)], arrow)
+        return pa.Table.from_pylist([{"id": i, **values(i, b), "_seq": Decimal(1000 * b + n), "_ts": AT,
+                                      "_op": op} for n, i in enumerate(keys)], arrow)
 
     location = str(tmp_path / "silver")
-    assert silver.insert_snapshot_arrow(schema, changes(range(20_000), 0, "r").select(silver.struct(schema).fieldNames()),
-                                        location)
+    first = changes(range(20_000), 0, "r").select(silver.struct(schema).fieldNames())
+    assert silver.insert_snapshot_arrow(schema, first, location)
     expected = {i: values(i, 0) for i in range(20_000)}
     updated = list(range(0, 20_000, 7))
     assert marked_merge.apply_marked(location, schema, changes(updated, 1, "u"), KeyIndex("id"))
@@ -171,7 +173,8 @@ def test_decimals_of_a_marked_batch_read_back_equal_by_spark_and_delta_rs(spark:
     added = [a["add"]["path"] for a in _log_actions(location) if "add" in a and a["add"].get("tags")]
     stored = pq.ParquetFile(Path(location) / added[-1]).schema
     assert {stored.column(i).physical_type for i in range(1, 4)} == {"INT32", "INT64"}, stored
-    by_spark = {r["id"]: {n: r[n] for n in kinds} for r in spark.read.format("delta").load(location).collect()}
+    read = spark.read.format("delta").load(location).collect()
+    by_spark = {r["id"]: {n: r[n] for n in kinds} for r in read}
     assert by_spark == expected
     from deltalake import DeltaTable, QueryBuilder
     found = pa.table(QueryBuilder().register("t", DeltaTable(location)).execute("SELECT * FROM t").read_all())

@@ -176,7 +176,8 @@ class Writers:
                                 "WHERE id = %s",
                                 (f"upd-{rnd.random():.6f}", target))
                 elif op < 0.58:
-                    cur.execute(f"UPDATE {self.table} SET k = k + 1, note = 'multi' WHERE id BETWEEN %s AND %s",
+                    cur.execute(f"UPDATE {self.table} SET k = k + 1, note = 'multi' "
+                                "WHERE id BETWEEN %s AND %s",
                                 (target, target + rnd.randint(20, 200)))
                 elif op < 0.85:
                     cur.execute(f"DELETE FROM {self.table} WHERE id = %s", (target,))

@@ -36,8 +36,9 @@ def test_status_shows_the_chunks_left_while_it_runs(tmp_path: Path) -> None:
     replace(RUNNING, chunks=3, rows=30_000).save(folder / "db__t.json")
     shown, refused = side_state.report(folder)
     assert shown["db.t"]["chunks_left"] == 97 and refused == []
-    assert side_state.summary(shown["db.t"]) == ("  snapshot beside the stream: running, 3 chunks, about 97 left, "
-                                                 "30000 rows (signal 1, began 1970-01-02 00:00:00 UTC)")
+    assert side_state.summary(shown["db.t"]) == (
+        "  snapshot beside the stream: running, 3 chunks, about 97 left, 30000 rows "
+        "(signal 1, began 1970-01-02 00:00:00 UTC)")
     replace(RUNNING, chunks=101, rows=1_000_130, status=DONE).save(folder / "db__t.json")
     done = side_state.report(folder)[0]["db.t"]
     assert side_state.summary(done) == ("  snapshot beside the stream: done, 101 chunks, 1000130 rows "
@@ -46,13 +47,14 @@ def test_status_shows_the_chunks_left_while_it_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["pause-snapshot", "resume-snapshot", "stop-snapshot"])
 def test_a_condition_on_a_signal_other_than_execute_snapshot_is_refused(kind: str, tmp_path: Path) -> None:
-    with pytest.raises(signals.SignalRefused, match=f"limits the rows of an execute-snapshot, not of a {kind}"):
+    refused = f"limits the rows of an execute-snapshot, not of a {kind}"
+    with pytest.raises(signals.SignalRefused, match=refused):
         signals.make(kind, ["db.t"], "id < 10")
     cfg = tmp_path / "binlake.yml"
-    cfg.write_text(f"source:\n  hostname: 127.0.0.1\n  port: 1\n  username: u\n  password: ''\n  tables: ['db\\.t']\n"
-                   f"target:\n  path: {tmp_path / 'lake'}\n")
-    shown = subprocess.run([sys.executable, "-m", "binlake", "signal", "-c", str(cfg), kind, "db.t",
-                            "--condition", "id < 10"], capture_output=True, text=True, timeout=120, check=False)
+    cfg.write_text("source:\n  hostname: 127.0.0.1\n  port: 1\n  username: u\n  password: ''\n"
+                   f"  tables: ['db\\.t']\ntarget:\n  path: {tmp_path / 'lake'}\n")
+    argv = [sys.executable, "-m", "binlake", "signal", "-c", str(cfg), kind, "db.t", "--condition", "id < 10"]
+    shown = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert shown.returncode == 2 and shown.stderr.count("\n") == 1, shown.stderr
     assert f"not of a {kind}: leave it out" in shown.stderr
     assert not (tmp_path / "lake").exists() or not any((tmp_path / "lake").rglob("*.json"))  # nothing written

@@ -105,9 +105,9 @@ class Metrics:
                                  "the stream", ["table"], registry=r)
         self.side_rows = Gauge("binlake_side_snapshot_rows", "Rows landed by the table's snapshot beside the stream",
                                ["table"], registry=r)
-        self.side_left = Gauge("binlake_side_snapshot_chunks_left", "About how many chunks the table's snapshot "
-                               "beside the stream has still to land (from the server's row estimate)", ["table"],
-                               registry=r)
+        self.side_left = Gauge("binlake_side_snapshot_chunks_left", "About how many chunks the table's "
+                               "snapshot beside the stream has still to land (by the server's estimate)",
+                               ["table"], registry=r)
         self.side_running = Gauge("binlake_side_snapshot_running", "1 while the table's snapshot beside the stream "
                                   "runs, 0 once paused, stopped or done", ["table"], registry=r)
         self.behind = Behind()

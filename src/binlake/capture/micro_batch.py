@@ -143,7 +143,8 @@ class MicroBatch:
                 or not arrow_commit.usable(b, schema.names, int(row["n"]), int(row["size"] or 0), stream=True):
             return None
         silver_names = silver.struct(schema, self.ctx.shape).fieldNames()
-        if not arrow_commit.takes(b, bronze.struct(schema).fieldNames()) or not arrow_commit.takes(s, silver_names):
+        if not (arrow_commit.takes(b, bronze.struct(schema).fieldNames())
+                and arrow_commit.takes(s, silver_names)):
             return None
         t = time.monotonic()
         changes = batch.typed(name, schema)
@@ -153,8 +154,8 @@ class MicroBatch:
         shape = self.ctx.shape
         marked = row["others"] and not shape.soft and apply_marked(s, schema, changes, self.index(schema))
         if not marked:  # opened only now: `takes` said delta-rs writes it
-            silver.apply_arrow(arrow_commit.writable(s, silver_names), schema, changes, inserts_only=not row["others"],
-                               shape=shape)
+            silver.apply_arrow(arrow_commit.writable(s, silver_names), schema, changes,
+                               inserts_only=not row["others"], shape=shape)
         return bronze_s, time.monotonic() - t - bronze_s
 
     def compact(self, name: str) -> None:

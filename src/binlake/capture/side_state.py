@@ -35,7 +35,7 @@ class SideSnapshot:
     # a table new to the capture, silver holding nothing of it: the stream passes its changes before
     # `head`, as the handover passes a chunk's before its high watermark
     fresh: bool = False
-    estimate: int | None = None  # the table's rows when it began, as the server estimates them (for chunks left)
+    estimate: int | None = None  # the table's rows when it began, by the server's estimate (for chunks left)
     began_at: float = 0.0
     updated_at: float = 0.0
 
@@ -95,7 +95,8 @@ def refusals(folder: Location) -> list[dict[str, Any]]:
 
 def report(folder: Location) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """For `binlake status`: each table's snapshot beside the stream, and the last signals refused."""
-    shown = {name: {**state.to_dict(), "chunks_left": state.chunks_left()} for name, state in states(folder).items()}
+    shown = {name: {**state.to_dict(), "chunks_left": state.chunks_left()}
+             for name, state in states(folder).items()}
     return shown, refusals(folder)
 
 
@@ -104,5 +105,5 @@ def summary(state: dict[str, Any]) -> str:
     began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(state["began_at"]))
     left = state.get("chunks_left")
     about = f", about {left} left" if left and state["status"] != DONE else ""
-    return (f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks{about}, {state['rows']} rows "
-            f"({state['reason']}, began {began})")
+    return (f"  snapshot beside the stream: {state['status']}, {state['chunks']} chunks{about}, "
+            f"{state['rows']} rows ({state['reason']}, began {began})")

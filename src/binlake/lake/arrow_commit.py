@@ -237,7 +237,8 @@ def _arrow_schema(schema_string: str) -> Any:
     import pyarrow as pa
     from deltalake import Schema
 
-    return pa.schema([pa.field(f.name, f.type) for f in pa.schema(Schema.from_json(schema_string).to_arrow())])
+    columns = pa.schema(Schema.from_json(schema_string).to_arrow())
+    return pa.schema([pa.field(f.name, f.type) for f in columns])
 
 
 def quoted(name: str) -> str:

@@ -66,8 +66,8 @@ def data_file(snapshot: Snapshot, rows: Any, tags: Mapping[str, str] | None = No
     # pyarrow reads so) would be written as Parquet NANOS, which Spark refuses as a plain INT64. A decimal
     # of 18 digits or fewer is stored as an integer, as Spark and delta-rs write it: a fifth faster to
     # read than fixed-length bytes.
-    pq.write_table(rows, target, compression="snappy", coerce_timestamps="us", allow_truncated_timestamps=False,
-                   store_decimal_as_integer=True)
+    pq.write_table(rows, target, compression="snappy", coerce_timestamps="us",
+                   allow_truncated_timestamps=False, store_decimal_as_integer=True)
     add = {"path": path, "partitionValues": {}, "size": target.stat().st_size,
            "modificationTime": int(target.stat().st_mtime * 1000), "dataChange": True, "stats": json.dumps(stats)}
     return {**add, "tags": dict(tags)} if tags else add
