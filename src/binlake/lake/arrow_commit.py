@@ -103,30 +103,26 @@ def query(location: str, name: str, sql: str) -> Any:
     return pa.RecordBatchReader.from_stream(found).read_all()
 
 
-def writable(location: str, names: list[str]) -> Any:
-    """The delta-rs table at `location`, or None (then Spark writes it) when there is none, when its
-    protocol has a writer feature outside WRITER_FEATURES, or when its columns are not `names` (a
-    bronze from before a column binlake added since, which Spark's append adds)."""
-    from deltalake import DeltaTable
-
-    if not storage.has_commit(location):
-        return None
-    table = DeltaTable(location)
-    features = set(table.protocol().writer_features or [])
-    same = [f.name for f in table.schema().fields] == names
-    return table if same and features <= WRITER_FEATURES else None
-
-
 def takes(location: str, names: list[str]) -> bool:
-    """Whether `writable` would give the table at `location`, by binlake's own read of its log
-    (binlake.lake.table_log, read on from the last look): no delta-rs table opened, which reads the
-    log anew each time (a micro-batch that marks silver never needs one)."""
+    """Whether the table at `location` is one written here: it has a commit, its protocol has no writer
+    feature outside WRITER_FEATURES, and its columns are `names` (not a bronze from before a column
+    binlake added since, which Spark's append adds). Read from binlake's own read of its log
+    (binlake.lake.table_log, read on from the last look): no delta-rs table opened, which reads the log
+    anew each time (a micro-batch that marks silver never needs one)."""
     if not storage.has_commit(location):
         return False
     snapshot = Snapshot.read(location)
     features = set(snapshot.protocol.get("writerFeatures") or [])
     same = [f["name"] for f in json.loads(snapshot.metadata["schemaString"])["fields"]] == names
     return same and features <= WRITER_FEATURES
+
+
+def writable(location: str, names: list[str]) -> Any:
+    """The delta-rs table at `location` when it is one written here (`takes`), else None (then Spark
+    writes it)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(location) if takes(location, names) else None
 
 
 def first_commit(struct: Any, properties: dict[str, str]) -> list[dict[str, Any]]:
