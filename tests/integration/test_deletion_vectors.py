@@ -32,6 +32,15 @@ def test_positions_round_trip(rows: list[int]) -> None:
     assert dv.deserialize(data).tolist() == sorted(set(rows))
 
 
+def test_a_dvs_rows_united_with_a_batchs_are_both_sets_sorted() -> None:
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        old = dv.positions(rng.integers(0, 5_000, int(rng.integers(0, 400))))
+        more = rng.integers(0, 5_000, int(rng.integers(0, 60)))  # some already in `old`, some repeated
+        assert dv.united(old, more).tolist() == sorted(set(old.tolist()) | set(more.tolist()))
+    assert dv.united(dv.positions(EDGES[:-1]), [EDGES[-1], 2]).tolist() == sorted({*EDGES, 2})
+
+
 def test_the_layout_byte_by_byte() -> None:
     """The docstring's worked example, and the buckets of positions either side of 2^32."""
     data = dv.serialize([3, 4, 7, 11, 18, 29])

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from binlake.lake import table_log
@@ -47,3 +48,32 @@ def test_a_read_on_from_the_last_equals_a_whole_read(tmp_path: Path) -> None:
     again = Snapshot.read(location)
     assert again.version == later.version and len(again.files) == 14
     assert same(again, whole(location))
+
+
+
+def test_binlakes_own_commit_is_taken_as_written_not_read_back(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from binlake.lake import silver
+    from binlake.lake.delta_commit import commit, data_file
+    from binlake.schema import Column, TableSchema
+
+    schema = TableSchema("d", "t", (Column("id", "bigint", "bigint(20)", False, in_key=True),
+                                    Column("v", "varchar", "varchar(10)")), ("id",))
+    arrow = pa.schema([("id", pa.int64()), ("v", pa.string()), ("_seq", pa.decimal128(38, 0)),
+                       ("_ts", pa.timestamp("us", "UTC"))])
+    location = str(tmp_path / "silver")
+    rows = pa.Table.from_pylist([{"id": i, "v": "a", "_seq": 1, "_ts": None} for i in range(3)], arrow)
+    assert silver.insert_snapshot_arrow(schema, rows, location)  # a table binlake writes, DVs enabled
+    before = Snapshot.read(location)
+    (path,) = before.files
+    version = commit(before, {path: [1]}, [data_file(before, rows.slice(1, 1))])
+
+    def unread(log: Path, v: int) -> None:
+        raise AssertionError(f"commit {v} parsed back")
+
+    monkeypatch.setattr(table_log, "_commit", unread)
+    after = Snapshot.read(location)
+    assert after.version == version == before.version + 1
+    assert after.deleted(path).tolist() == [1] and len(after.files) == 2
+    monkeypatch.undo()
+    assert same(after, whole(Path(location)))

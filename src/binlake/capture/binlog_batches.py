@@ -58,6 +58,7 @@ class BinlogReader:
         self.options = options
         self.job = json.loads(options["job"])
         self.plan: tuple[dict[str, TableSchema], dict[str, list[Split]]] | None = None  # see _plan
+        self.handover: tuple[int, Handover] | None = None  # see _handover
         self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
         # the newest offset handed out or committed: the start of the next batch where Spark (before
         # 4.2) does not pass it to latestOffset
@@ -138,7 +139,6 @@ class BinlogReader:
         lineage = self._lineage(partition.end)
         params["epoch"] = lineage.epoch
         schemas, splits = self._plan()
-        handover = Handover(schemas, splits)
         patience = float(self.job.get("reconnect_timeout", 0))
         gtid_offsets = bool(self.job.get("gtid_offsets"))
         conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
@@ -152,7 +152,7 @@ class BinlogReader:
                 if replay is not None:  # planned on a server that is gone: its transactions, by GTID
                     only, stop = replay
             params["epoch"] = lineage.epoch
-            handover.bind(conn)
+            handover = self._handover(conn, lineage.epoch)
             # a table snapshotted again after a change starts at its new chunks' high watermarks
             guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
                                              if ss and all(s.hw is not None for s in ss)},
@@ -182,6 +182,15 @@ class BinlogReader:
             self.plan = ({n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()},
                          {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()})
         return self.plan
+
+    def _handover(self, conn: Any, epoch: int) -> Handover:
+        """The handover of the job's chunks, bound on the server of `epoch` (a string key's order is its
+        collation's) once, not at every batch: binding orders every chunk's start key."""
+        if self.handover is None or self.handover[0] != epoch or not self.handover[1].bound:
+            handover = Handover(*self._plan())
+            handover.bind(conn)
+            self.handover = (epoch, handover)
+        return self.handover[1]
 
     def commit(self, end: dict[str, Any]) -> None:
         self._watch(connection_params(self.options), end).commit(end)

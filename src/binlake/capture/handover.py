@@ -79,6 +79,11 @@ class Handover:
             tables[name] = TableHandover(self.schemas[name], starts, hws, max(hws), order)  # type: ignore[type-var]
         self._tables = tables
 
+    @property
+    def bound(self) -> bool:
+        """Whether `bind` has been called (a pickled handover is unbound again)."""
+        return self._tables is not None
+
     def emits_all(self, table: str, at: BinlogPosition) -> bool:
         """Whether every row of `table` at `at` is emitted, whatever its key: past the table's largest
         HW (or a table without splits)."""

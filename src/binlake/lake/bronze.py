@@ -245,6 +245,26 @@ def _mark(chunk: int, hw_file: str | None, hw_pos: int | None, lw: str | None, r
     return {"_chunk": chunk, "hw_file": hw_file, "hw_pos": hw_pos, "epoch": epoch, "lw": lw, "rows": rows}
 
 
+# the `_seq` statistics delta-rs writes for every file (it saturates a DECIMAL(38,0)'s to the largest
+# 64-bit integer); no change's `_seq` is so small (binlake.offsets.event_seq: 10**20 at least)
+DELTA_RS_SEQ_STAT = 2**63 - 1
+
+
+def changes_after(spark: SparkSession, location: str, seq: Any) -> DataFrame:
+    """The binlog changes (c/u/d) in the bronze table at `location` after `seq`, by Spark.
+
+    Bronze grows in `_seq` order, so Delta's data skipping passes over every file older than `seq` by
+    its statistics -- and would pass over every file delta-rs wrote too (a snapshot's groups, a table
+    with a nested column, a stream batch written before binlake wrote its own), whose `_seq` statistics say
+    DELTA_RS_SEQ_STAT, smaller than any `seq`: a replayed batch would then miss a newer change there
+    (a later delete, and the batch's older image of the key would come back). `_seq = DELTA_RS_SEQ_STAT`,
+    true of no change, is true within such a file's statistics, so no such file is skipped; a file
+    with real statistics still is."""
+    stat = F.lit(DELTA_RS_SEQ_STAT).cast(T.DecimalType(38, 0))
+    return spark.read.format("delta").load(location).where(
+        ((F.col("_seq") > F.lit(seq)) | (F.col("_seq") == stat)) & F.col("_op").isin(*BINLOG_OPS))
+
+
 def newest_change(spark: SparkSession, location: str) -> Any:
     """The largest `_seq` of a binlog change (c/u/d) in bronze, or None. A local table whose features
     delta-rs's SQL engine reads is asked there: the stream's first batch after a restart asks for

@@ -209,9 +209,8 @@ def _in_range(index: KeyIndex, path: str, lo: Any, hi: Any) -> Any:
     keys = f.keys
     start = 0 if lo is None else int(np.searchsorted(keys, lo, side="left"))
     stop = keys.size if hi is None else int(np.searchsorted(keys, hi, side="left"))
-    places = np.arange(start, stop)
-    places = places[f.live[start:stop]]
-    return (places if f.rows is None else f.rows[places]).astype(np.int64)
+    rows = np.arange(start, stop, dtype=np.int64) if f.rows is None else f.rows[start:stop]
+    return rows[f.unmarked(rows)]
 
 
 def _gain(snapshot: Snapshot, index: KeyIndex, pool: set[str], files: list[str], lo: Any, hi: Any) -> int:

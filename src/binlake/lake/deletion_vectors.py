@@ -68,7 +68,11 @@ class CorruptDeletionVector(RuntimeFailure):
 
 
 def positions(values: Iterable[int] | npt.ArrayLike) -> Positions:
-    """`values` as sorted distinct row positions (negative ones refused)."""
+    """`values` as sorted distinct row positions (negative ones refused); an array of them already so
+    is returned as it is (a DV's rows pass here at each step of a batch's commit)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.uint64 and values.ndim == 1 and (
+            values.size < 2 or bool((values[1:] > values[:-1]).all())):
+        return values
     array = np.asarray(values if not isinstance(values, (set, frozenset)) else sorted(values))
     if array.size and array.dtype.kind not in "iu":
         raise ValueError(f"row positions are integers, not {array.dtype}")
@@ -78,6 +82,15 @@ def positions(values: Iterable[int] | npt.ArrayLike) -> Positions:
     # sort (timsort here) takes a DV's sorted rows and a batch's new ones as two runs, in linear time
     array = np.sort(array.astype(np.uint64).ravel(), kind="stable")
     return array[np.concatenate([[True], array[1:] != array[:-1]])] if array.size else array
+
+
+def united(rows: Positions, more: Iterable[int] | npt.ArrayLike) -> Positions:
+    """The sorted distinct row positions `rows` with `more`'s: those not already there put in their
+    places, in one pass over `rows` rather than a sort of both (a batch adds a few to a DV's many)."""
+    more = positions(more)
+    at = np.searchsorted(rows, more)
+    fresh = more[(at == rows.size) | (rows[np.minimum(at, rows.size - 1)] != more)] if rows.size else more
+    return np.insert(rows, np.searchsorted(rows, fresh), fresh) if fresh.size else rows
 
 
 def _groups(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
@@ -91,12 +104,15 @@ def serialize(rows: Iterable[int] | npt.ArrayLike) -> bytes:
     rows = positions(rows)
     if rows.size and rows[-1] >> np.uint64(63):  # Delta keeps a bucket key's top bit 0 (Java reads it signed)
         raise ValueError(f"row position {int(rows[-1])} is past Delta's largest")
-    high = (rows >> np.uint64(32)).astype(np.uint32)
-    keys, starts, _ = _groups(high)
-    parts = [np.array([MAGIC], "<u4").tobytes(), np.array([len(keys)], "<u8").tobytes()]
-    for key, begin, end in zip(keys, starts, [*starts[1:], rows.size]):
-        parts.append(np.array([key], "<u4").tobytes())
-        parts.append(_serialize32((rows[begin:end] & np.uint64(0xFFFFFFFF)).astype(np.uint32)))
+    if rows.size and rows[-1] >> np.uint64(32) == 0:  # one bucket: every file of fewer than 2^32 rows
+        buckets = [(0, rows.astype(np.uint32))]
+    else:
+        keys, starts, _ = _groups((rows >> np.uint64(32)).astype(np.uint32))
+        buckets = [(key, (rows[begin:end] & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+                   for key, begin, end in zip(keys, starts, [*starts[1:], rows.size])]
+    parts = [np.array([MAGIC], "<u4").tobytes(), np.array([len(buckets)], "<u8").tobytes()]
+    for key, low in buckets:
+        parts += [np.array([key], "<u4").tobytes(), _serialize32(low)]
     return b"".join(parts)
 
 
@@ -106,7 +122,7 @@ def _serialize32(low: npt.NDArray[np.uint32]) -> bytes:
     keys, starts, counts = _groups(low >> np.uint32(16))
     bodies = []
     for begin, count in zip(starts, counts):
-        values = (low[begin:begin + count] & np.uint32(0xFFFF)).astype("<u2")
+        values = low[begin:begin + count].astype("<u2")  # the low 16 bits (a cast wraps)
         if count <= _ARRAY_MOST:
             bodies.append(values.tobytes())
         else:
@@ -238,14 +254,14 @@ def write_file(location: str | Path, bitmaps: Sequence[Iterable[int] | npt.Array
                prefix: str = "") -> list[Descriptor]:
     """Write the DVs of `bitmaps` (row positions each) to one new DV file of the table at `location`
     (in its folder `prefix`, if one is given): a descriptor for each."""
-    file_id = uuid.uuid4()
+    file_id = prefix + z85_encode(uuid.uuid4().bytes)
     descriptors, parts, at, kept = [], [bytes([FILE_VERSION])], 1, []
     for rows in bitmaps:
         rows = positions(rows)
         kept.append(rows)
         data = serialize(rows)
         parts += [len(data).to_bytes(4, "big"), data, zlib.crc32(data).to_bytes(4, "big")]
-        descriptors.append(Descriptor("u", prefix + z85_encode(file_id.bytes), len(data), int(rows.size), at))
+        descriptors.append(Descriptor("u", file_id, len(data), int(rows.size), at))
         at += 8 + len(data)
     if descriptors:
         target = descriptors[0].file(location)

@@ -22,11 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from binlake.errors import RuntimeFailure
-from binlake.lake.deletion_vectors import inline, positions, write_file
+from binlake.lake.deletion_vectors import inline, positions, united, write_file
 from binlake.lake.table_log import LOG, Snapshot
 
 # the writer features of a table this module commits to correctly
@@ -100,7 +99,7 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
         if new.size and new[-1] >= records:
             raise ValueError(f"row {int(new[-1])} is past the {records} rows of {path}")
         old = snapshot.deleted(path)
-        rows = positions(np.concatenate([old, new]))
+        rows = united(old, new)
         if rows.size == old.size:
             continue
         marked += int(rows.size - old.size)
@@ -125,6 +124,8 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
     actions = [{"commitInfo": info}, *({"remove": r} for r in removes), *({"add": a} for a in readds),
                *({"add": {**a, "dataChange": data_change}} for a in adds)]
     version = _put(snapshot, "".join(json.dumps(a) + "\n" for a in actions), {r["path"] for r in removes})
+    if version == snapshot.version + 1:  # no other commit in between: the next read goes on from here
+        snapshot.then(version, actions)
     # a writer checkpoints at the versions the table's interval names (delta-rs keeps the DVs in it)
     if version % int(snapshot.metadata.get("configuration", {}).get("delta.checkpointInterval", "10")) == 0:
         from deltalake import DeltaTable

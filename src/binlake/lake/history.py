@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from binlake import faults
-from binlake.lake.bronze import BINLOG_OPS, sql_name
+from binlake.lake.bronze import changes_after, sql_name
 from binlake.lake.row_filter import LEAVES, OPS
 from binlake.lake.silver_shape import DELETED, END, START, Shape
 from binlake.schema import TableSchema
@@ -85,8 +85,7 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
     points = [data.select(*key, F.col("_seq").alias("__p")), held.select(*key, F.col(START).alias("__p")),
               held.where(F.col(END).isNotNull()).select(*key, F.col(END).alias("__p"))]
     if bronze_may_be_newer:
-        newer = spark.read.format("delta").load(bronze).where((F.col("_seq") > F.lit(oldest))
-                                                              & F.col("_op").isin(*BINLOG_OPS))
+        newer = changes_after(spark, bronze, oldest)
         points.append(of_touched(newer).select(*key, F.col("_seq").alias("__p")))
     ordered = functools.reduce(DataFrame.unionByName, points).distinct()
     after = ordered.withColumn("__next", F.lead("__p").over(Window.partitionBy(*key).orderBy("__p"))).select(

@@ -1,5 +1,5 @@
 """Where each key of a silver table lives: for each live data file, its key column and the rows its
-deletion vector leaves live, held in the driver from one micro-batch to the next, so that a batch
+deletion vector marks, held in the driver from one micro-batch to the next, so that a batch
 finds the rows it replaces by looking its keys up, not by reading the table.
 
 This is what lets a batch's cost follow its changes (`binlake.lake.silver.apply_marked`): a MERGE
@@ -11,15 +11,17 @@ and then only the files that are new since the last batch.
 Files are immutable, so a file's keys, once read, stay right for as long as the file is live; what
 changes is which files are live and which of their rows a deletion vector marks. `sync` brings the
 index to a version of the table by its log (`binlake.lake.table_log.Snapshot`): files gone are
-dropped, new ones read, and a file whose DV changed has its live rows read again from it. Any writer
+dropped, new ones read, and a file whose DV changed takes its marked rows from it (decoded once,
+and not at all for the DVs this process wrote). Any writer
 may have made those commits (this stream's batches, a Spark MERGE of a replayed batch, a compaction):
 the index follows the log, never its own guesses.
 
 Only a key of one integer column is indexed (`indexable`): keys compare as numbers with no collation,
 and 8 bytes a row is what the index costs (40 MB for a table of 5M rows). Each file's keys are kept
-sorted with their row positions and the inverse (24 bytes a row); a file written in key order (the
-marked batches', compaction's) needs neither. The bench's 5M-row snapshot wrote silver's files each
-in a key range but not in key order within it.
+sorted with their row positions (16 bytes a row); a file written in key order (the marked batches',
+compaction's) needs no positions. The bench's 5M-row snapshot wrote silver's files each in a key range
+but not in key order within it. A batch looks up its keys only in the files whose range holds them,
+and a found key's row in the file's marked rows: its cost follows its keys, not the table.
 """
 
 from __future__ import annotations
@@ -31,37 +33,53 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from binlake.lake.deletion_vectors import Positions
 from binlake.lake.table_log import Snapshot, data_path
 
 
 @dataclass
 class FileKeys:
     """One data file's keys, sorted, with the row each is at (None: the file is in key order, so a
-    key's row is its place) and which are live (not marked by the file's DV)."""
+    key's row is its place) and the rows its DV marks."""
 
     keys: npt.NDArray[np.int64]
     rows: npt.NDArray[np.int64] | None
-    live: npt.NDArray[np.bool_]
-    dv: str  # the DV the live rows were read from (its descriptor as JSON; "" for none)
-    # where each row's key is among the sorted keys (the inverse of `rows`; None when that is None): a
-    # DV's rows are then placed in O(the DV's size) rather than in a gather over the whole file's
-    places: npt.NDArray[np.int64] | None = None
+    # the rows the file's DV marks, sorted (as the DV cache holds them: a batch's own DVs are never
+    # decoded); a key's row is looked up in them only when a batch finds it, so a changed DV costs
+    # nothing here, where a mask of the file's live rows cost a pass over the file at each change
+    marked: Positions
+    dv: dict[str, Any] | None  # the DV `marked` was read from (its descriptor; None for none)
+    distinct: bool = True  # no key twice in the file (as binlake writes silver's files)
 
     def find(self, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The rows (positions in the file) of the live keys among the sorted, distinct `wanted` (a key
         twice in a file, live once at most, is found at each place)."""
         if not self.keys.size or not wanted.size:
             return np.empty(0, np.int64)
-        left = np.searchsorted(self.keys, wanted, side="left")
-        right = np.searchsorted(self.keys, wanted, side="right")
-        counts = right - left
-        if counts.max(initial=0) <= 1:
-            hit = left[counts == 1]
+        # only the wanted keys within the file's least and greatest: most files hold one key range
+        within = wanted[np.searchsorted(wanted, self.keys[0], "left"):
+                        np.searchsorted(wanted, self.keys[-1], "right")]
+        left = np.searchsorted(self.keys, within, side="left")
+        if self.distinct:
+            hit = left[self.keys[np.minimum(left, self.keys.size - 1)] == within]
         else:
+            counts = np.searchsorted(self.keys, within, side="right") - left
             starts = np.repeat(left, counts)
             hit = starts + (np.arange(starts.size) - np.repeat(np.cumsum(counts) - counts, counts))
-        hit = hit[self.live[hit]]
-        return (hit if self.rows is None else self.rows[hit]).astype(np.int64)
+        rows = (hit if self.rows is None else self.rows[hit]).astype(np.int64)
+        return rows[self.unmarked(rows)]
+
+    def unmarked(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which of the file's `rows` its DV leaves live."""
+        if not self.marked.size or not rows.size:
+            return np.ones(rows.size, np.bool_)
+        wanted = rows.astype(np.uint64)
+        return self.marked[np.minimum(np.searchsorted(self.marked, wanted), self.marked.size - 1)] != wanted
+
+    @property
+    def live(self) -> npt.NDArray[np.bool_]:
+        """Which of the sorted keys are live."""
+        return self.unmarked(np.arange(self.keys.size, dtype=np.int64) if self.rows is None else self.rows)
 
 
 def indexable(snapshot: Snapshot, key: list[str]) -> bool:
@@ -88,13 +106,12 @@ class KeyIndex:
         for path in set(self.files) - set(snapshot.files):
             del self.files[path]
         for path, add in snapshot.files.items():
-            dv = json.dumps(add.get("deletionVector") or "", sort_keys=True)
+            dv = add.get("deletionVector")
             known = self.files.get(path)
             if known is None:
-                self.files[path] = _read(snapshot, path, physical, dv)
+                self.files[path] = _read(snapshot, path, physical)
             elif known.dv != dv:
-                known.live = _live(snapshot, path, known)
-                known.dv = dv
+                known.marked, known.dv = snapshot.deleted(path), dv
         self.version = snapshot.version
 
     def locate(self, keys: npt.ArrayLike) -> dict[str, npt.NDArray[np.int64]]:
@@ -105,11 +122,11 @@ class KeyIndex:
 
     def rows(self) -> int:
         """The live rows the index holds."""
-        return int(sum(int(f.live.sum()) for f in self.files.values()))
+        return int(sum(f.keys.size - f.marked.size for f in self.files.values()))
 
 
-def _read(snapshot: Snapshot, path: str, physical: str, dv: str) -> FileKeys:
-    """The keys of the live data file `path`, sorted, and its live rows."""
+def _read(snapshot: Snapshot, path: str, physical: str) -> FileKeys:
+    """The keys of the live data file `path`, sorted, and the rows its DV marks."""
     import pyarrow.parquet as pq
 
     column = pq.read_table(data_path(snapshot.location, path), columns=[physical]).column(0)
@@ -118,21 +135,8 @@ def _read(snapshot: Snapshot, path: str, physical: str, dv: str) -> FileKeys:
     if keys.size > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
         rows = np.argsort(keys, kind="stable").astype(np.int64)
         keys = keys[rows]
-    places = None
-    if rows is not None:
-        places = np.empty_like(rows)
-        places[rows] = np.arange(rows.size, dtype=np.int64)
-    found = FileKeys(keys, rows, np.ones(keys.size, np.bool_), dv, places)
-    found.live = _live(snapshot, path, found)
-    return found
-
-
-def _live(snapshot: Snapshot, path: str, keys: FileKeys) -> npt.NDArray[np.bool_]:
-    """Which of `keys`' sorted entries are live in `path` as `snapshot` has it."""
-    live = np.ones(keys.keys.size, np.bool_)
-    deleted = snapshot.deleted(path).astype(np.int64)
-    live[deleted if keys.places is None else keys.places[deleted]] = False
-    return live
+    distinct = keys.size < 2 or bool(np.all(keys[1:] != keys[:-1]))
+    return FileKeys(keys, rows, snapshot.deleted(path), snapshot.files[path].get("deletionVector"), distinct)
 
 
 def table_bytes(snapshot: Snapshot) -> int:

@@ -24,7 +24,8 @@ from pyspark.sql import types as T
 from binlake import faults
 from binlake.errors import ConfigError
 from binlake.lake import arrow_commit, history, row_filter, storage
-from binlake.lake.bronze import BINLOG_OPS, DATA_OPS, column_types, sql_name
+from binlake.lake.bronze import DATA_OPS, column_types, sql_name
+from binlake.lake.bronze import changes_after as bronze_changes_after
 from binlake.lake.silver_shape import DELETED, END, PLAIN, START, Shape
 from binlake.lake.target import CHECKPOINT_INTERVAL
 from binlake.schema import TableSchema
@@ -157,14 +158,10 @@ def apply(spark: SparkSession, schema: TableSchema, changes: DataFrame, silver: 
         return
     source = latest
     if bronze_may_be_newer:
-        newer = (
-            spark.read.format("delta").load(bronze)
-            # bronze grows in _seq order, so file statistics skip everything older than this batch. Only
-            # binlog changes can be newer: a key's snapshot row comes from its one chunk, whose HW the
-            # stream's changes of that key all follow
-            .where((F.col("_seq") > F.lit(oldest)) & F.col("_op").isin(*BINLOG_OPS))
-            .select(*[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
-        )
+        # only binlog changes can be newer: a key's snapshot row comes from its one chunk, whose HW the
+        # stream's changes of that key all follow
+        newer = bronze_changes_after(spark, bronze, oldest).select(
+            *[F.col(sql_name(k)).alias(f"__k{i}") for i, k in enumerate(key)], F.col("_seq").alias("__s"))
         cond = [latest[sql_name(k)].eqNullSafe(newer[f"__k{i}"]) for i, k in enumerate(key)]
         cond.append(newer["__s"] > latest["_seq"])
         source = latest.join(newer, cond, "left_anti")

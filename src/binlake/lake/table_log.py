@@ -81,18 +81,19 @@ class Snapshot:
                 elif kind == "protocol":
                     protocol = action
         for v in range(start + 1, version + 1):
-            actions, _ = _commit(log, v)
-            for action in actions:
-                if "remove" in action:
-                    files.pop(action["remove"]["path"], None)
-                protocol = action.get("protocol", protocol)
-                metadata = action.get("metaData", metadata)
-            files.update((a["add"]["path"], a["add"]) for a in actions if "add" in a)
-        snapshot = cls(str(location), version, protocol, metadata, files, _tip(log, version))
-        newest = _LAST.get(str(location))
-        if newest is None or version >= newest.version:
-            _LAST[str(location)] = snapshot
-        return snapshot
+            protocol, metadata = _reconciled(files, protocol, metadata, _commit(log, v)[0])
+        return _kept(cls(str(location), version, protocol, metadata, files, _tip(log, version)))
+
+    def then(self, version: int, actions: list[dict[str, Any]]) -> Snapshot:
+        """The table at `version`, the commit of `actions` right after this snapshot's version, as this
+        process wrote it: the next `read` goes on from it, and does not parse the commit back (a batch's
+        commit on a large table names every file it marks)."""
+        if version != self.version + 1:
+            raise ValueError(f"version {version} does not follow {self.version}")
+        files = dict(self.files)
+        protocol, metadata = _reconciled(files, self.protocol, self.metadata, actions)
+        tip = _tip(Path(self.location) / LOG, version)
+        return _kept(Snapshot(self.location, version, protocol, metadata, files, tip))
 
     def deleted(self, path: str) -> Positions:
         """The rows of the live file `path` its DV marks deleted (none without one)."""
@@ -221,6 +222,26 @@ def _log(location: str | Path, version: int | None) -> tuple[Path, int, int, lis
         after = f"checkpoint {start}" if start >= 0 else "no checkpoint"
         raise UnreadableLog(f"{log} misses commit {missing[0]} (after {after})")
     return log, version, start, parts
+
+
+def _reconciled(files: dict[str, dict[str, Any]], protocol: dict[str, Any], metadata: dict[str, Any],
+                actions: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Take one commit's `actions` into `files` (removes before adds); the protocol and metadata after it."""
+    for action in actions:
+        if "remove" in action:
+            files.pop(action["remove"]["path"], None)
+        protocol = action.get("protocol", protocol)
+        metadata = action.get("metaData", metadata)
+    files.update((a["add"]["path"], a["add"]) for a in actions if "add" in a)
+    return protocol, metadata
+
+
+def _kept(snapshot: Snapshot) -> Snapshot:
+    """`snapshot`, kept as the one the next read of its table starts from when it is the newest read."""
+    newest = _LAST.get(snapshot.location)
+    if newest is None or snapshot.version >= newest.version:
+        _LAST[snapshot.location] = snapshot
+    return snapshot
 
 
 def _tip(log: Path, version: int) -> tuple[int, int] | None:
