@@ -9,6 +9,7 @@ logs go under `.binlake/bench`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -358,6 +360,40 @@ def stop_group(proc: subprocess.Popen[Any], grace: float = 60.0, leader_first: b
 
 
 SNAPSHOT_LINE = re.compile(r"snapshot: (\d+) chunks, ([\d,]+) rows in ([\d.]+)s")
+
+
+class LogFollower:
+    """A Delta table's log read as it grows (the latency and steady sections' watchers): each whole new
+    commit once, with its file's modification time and one column of every file it adds, read by the
+    column's Parquet name (the table's metadata maps it by name)."""
+
+    def __init__(self, table: Path, column: str) -> None:
+        self.table, self.column = table, column
+        self.next_version = 0
+        self.physical: str | None = None
+
+    def commits(self) -> Iterator[tuple[float, list[Any]]]:
+        """The commits new since the last call, in order: (their file's modification time, the column
+        of each file they add, as Arrow arrays). A commit being written is read on the next call."""
+        import pyarrow.parquet as pq
+
+        log = self.table / "_delta_log"
+        while (path := log / f"{self.next_version:020d}.json").exists():
+            try:
+                actions = [json.loads(line) for line in path.read_text().splitlines()]
+            except ValueError:
+                return
+            columns = []
+            for action in actions:
+                if "metaData" in action:
+                    fields = json.loads(action["metaData"]["schemaString"])["fields"]
+                    mapped = next(f for f in fields if f["name"] == self.column).get("metadata", {})
+                    self.physical = mapped.get("delta.columnMapping.physicalName", self.column)
+                add = action.get("add")
+                if add and self.physical is not None:
+                    columns.append(pq.read_table(self.table / add["path"], columns=[self.physical]).column(0))
+            yield path.stat().st_mtime, columns
+            self.next_version += 1
 
 
 def parse_snapshot_line(text: str) -> dict[str, float] | None:

@@ -11,7 +11,6 @@ every POLL_S seconds, first found the row (so they include up to one poll interv
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import threading
@@ -20,7 +19,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness import ROOT, WORK, Source, TreeSampler, cli_env, env_int, stop_group, write_config, BINLAKE
+from harness import (BINLAKE, ROOT, WORK, LogFollower, Source, TreeSampler, cli_env, env_int, stop_group,
+                     write_config)
 
 DATABASE = "bench_latency"
 TABLE = "ticks"
@@ -80,34 +80,17 @@ class SilverWatcher:
     added it and the time this watcher first saw it."""
 
     def __init__(self, silver: Path) -> None:
-        self.silver = silver
-        self.next_version = 0
-        self.physical: str | None = None  # the Parquet name of `id` (silver maps columns by name)
+        self.log = LogFollower(silver, "id")
         self.committed: dict[int, float] = {}
         self.seen: dict[int, float] = {}
 
     def poll(self) -> None:
-        import pyarrow.parquet as pq
-
-        log = self.silver / "_delta_log"
-        while (path := log / f"{self.next_version:020d}.json").exists():
-            try:
-                actions = [json.loads(line) for line in path.read_text().splitlines()]
-            except ValueError:
-                return  # being written: read it on the next poll
-            when, now = path.stat().st_mtime, time.time()
-            for action in actions:
-                if "metaData" in action:
-                    fields = json.loads(action["metaData"]["schemaString"])["fields"]
-                    field = next(f for f in fields if f["name"] == "id")
-                    self.physical = field.get("metadata", {}).get("delta.columnMapping.physicalName", "id")
-                add = action.get("add")
-                if add and self.physical is not None:
-                    ids = pq.read_table(self.silver / add["path"], columns=[self.physical]).column(0).to_pylist()
-                    for i in ids:
-                        self.committed.setdefault(int(i), when)
-                        self.seen.setdefault(int(i), now)
-            self.next_version += 1
+        for when, columns in self.log.commits():
+            now = time.time()
+            for ids in columns:
+                for i in ids.to_pylist():
+                    self.committed.setdefault(int(i), when)
+                    self.seen.setdefault(int(i), now)
 
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO binlake\.capture\.micro_batch: batch (\d+): \{[^:]*: (\d+)", re.M)

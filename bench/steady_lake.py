@@ -8,12 +8,13 @@ binlake for the machine's cores.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import LogFollower
 
 
 class StampWatcher:
@@ -27,46 +28,28 @@ class StampWatcher:
     already seen was seen before (or is below `floor`, the loaded rows'): only newer ones are kept."""
 
     def __init__(self, silver: Path, column: str, floor: int) -> None:
-        self.silver, self.column = silver, column
+        self.log = LogFollower(silver, column)
         self.newest = floor - 1
-        self.next_version = 0
-        self.physical: str | None = None  # the Parquet name of `column` (silver maps columns by name)
         self.committed: dict[int, float] = {}
         self.rows_read = 0  # rows of added files read, copied-over rows included
         self.read_s = 0.0
 
     def poll(self) -> None:
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
-        log = self.silver / "_delta_log"
-        while (path := log / f"{self.next_version:020d}.json").exists():
-            try:
-                actions = [json.loads(line) for line in path.read_text().splitlines()]
-            except ValueError:
-                return  # being written: read it on the next poll
-            when = path.stat().st_mtime
-            began = time.monotonic()
+        began = time.monotonic()
+        for when, columns in self.log.commits():
             newest = self.newest
-            for action in actions:
-                if "metaData" in action:
-                    fields = json.loads(action["metaData"]["schemaString"])["fields"]
-                    field = next(f for f in fields if f["name"] == self.column)
-                    mapped = field.get("metadata", {})
-                    self.physical = mapped.get("delta.columnMapping.physicalName", self.column)
-                add = action.get("add")
-                if add and self.physical is not None:
-                    stamps = pq.read_table(self.silver / add["path"], columns=[self.physical]).column(0)
-                    self.rows_read += len(stamps)
-                    top = pc.max(stamps).as_py()
-                    if top is None or top <= self.newest:
-                        continue
-                    for stamp in pc.unique(pc.filter(stamps, pc.greater(stamps, self.newest))).to_pylist():
-                        self.committed.setdefault(int(stamp), when)
-                    newest = max(newest, top)
+            for stamps in columns:
+                self.rows_read += len(stamps)
+                top = pc.max(stamps).as_py()
+                if top is None or top <= self.newest:
+                    continue
+                for stamp in pc.unique(pc.filter(stamps, pc.greater(stamps, self.newest))).to_pylist():
+                    self.committed.setdefault(int(stamp), when)
+                newest = max(newest, top)
             self.newest = newest  # after the whole commit: its other files may hold older new stamps
-            self.read_s += time.monotonic() - began
-            self.next_version += 1
+        self.read_s += time.monotonic() - began
 
 
 def folder_bytes(path: Path) -> tuple[int, int]:
