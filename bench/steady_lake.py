@@ -67,18 +67,15 @@ def folder_bytes(path: Path) -> tuple[int, int]:
 
 def live(path: Path) -> dict[str, Any]:
     """What the Delta log's current version holds: live files, their bytes, and how many of them carry
-    a deletion vector; and the table's version."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
+    a deletion vector; and the table's version. Read by binlake's own reading of the log: delta-rs's
+    add actions (`get_add_actions`) leave their deletion vectors out, so a count by them is always 0."""
+    from binlake.lake.table_log import Snapshot
 
-    table = DeltaTable(str(path))
-    adds = pa.table(table.get_add_actions(flatten=True))
-    with_dv = 0
-    for name in adds.column_names:
-        if name.startswith("deletionVector.") and name.endswith("storageType"):
-            with_dv = len(adds) - adds.column(name).null_count
-    return {"live_files": len(adds), "live_bytes": int(sum(adds.column("size_bytes").to_pylist())),
-            "files_with_deletion_vector": with_dv, "version": table.version()}
+    snapshot = Snapshot.read(path)
+    adds = list(snapshot.files.values())
+    return {"live_files": len(adds), "live_bytes": sum(int(a.get("size") or 0) for a in adds),
+            "files_with_deletion_vector": sum(1 for a in adds if a.get("deletionVector")),
+            "version": snapshot.version}
 
 
 def table_figures(path: Path, prefix: str) -> dict[str, Any]:
