@@ -59,6 +59,8 @@ class BinlogReader:
         self.job = json.loads(options["job"])
         self.plan: tuple[dict[str, TableSchema], dict[str, list[Split]]] | None = None  # see _plan
         self.handover: tuple[int, Handover] | None = None  # see _handover
+        # see _watermarks
+        self.watermarks: tuple[dict[str, BinlogPosition], dict[str, BinlogPosition]] | None = None
         self.watch: Any = None  # binlake.source.identity.Watch, made on the first call
         # the newest offset handed out or committed: the start of the next batch where Spark (before
         # 4.2) does not pass it to latestOffset
@@ -138,7 +140,7 @@ class BinlogReader:
         params = connection_params(self.options)
         lineage = self._lineage(partition.end)
         params["epoch"] = lineage.epoch
-        schemas, splits = self._plan()
+        schemas = self._plan()[0]
         patience = float(self.job.get("reconnect_timeout", 0))
         gtid_offsets = bool(self.job.get("gtid_offsets"))
         conn = retrying(params, patience, "opening the binlog", lambda: connect(params))
@@ -154,9 +156,8 @@ class BinlogReader:
             params["epoch"] = lineage.epoch
             handover = self._handover(conn, lineage.epoch)
             # a table snapshotted again after a change starts at its new chunks' high watermarks
-            guard = Guard.on(schemas, conn, {n: min(s.hw for s in ss) for n, ss in splits.items()
-                                             if ss and all(s.hw is not None for s in ss)},
-                             self.job.get("patterns"))
+            first_hw, last_hw = self._watermarks()
+            guard = Guard.on(schemas, conn, first_hw, self.job.get("patterns"))
             start, skip = batch_start(partition.start, lineage, self.job.get("since"), self.job.get("applied"), only)
             seen = Seen() if self.job.get("gtid_trailer") else None
             signals = self.job.get("signal_table")
@@ -166,7 +167,7 @@ class BinlogReader:
                 reconnect_timeout=patience, ddl=True, on_reopen=lambda: before_reopen(params, partition.start, lineage, gtid_offsets),
                 seen=seen, whole_events=True,
             )
-            evolver = _evolver(self.job, schemas, splits, start, guard, conn)
+            evolver = _evolver(self.job, schemas, last_hw, start, guard, conn)
             values = RowValues()
             rows = _rows(_signals(changes, signals, values) if signals else changes, schemas, handover, guard, evolver,
                          skip, values)
@@ -182,6 +183,16 @@ class BinlogReader:
             self.plan = ({n: TableSchema.from_dict(s) for n, s in self.job["schemas"].items()},
                          {n: [Split.from_dict(s) for s in ss] for n, ss in self.job["splits"].items()})
         return self.plan
+
+    def _watermarks(self) -> tuple[dict[str, BinlogPosition], dict[str, BinlogPosition]]:
+        """Each table's least and greatest chunk high watermark, of the tables whose chunks all have one:
+        taken once, not at every batch (over a 20M-row table's 2,400 chunks, 5% of the stream's samples)."""
+        if self.watermarks is None:
+            done = {n: [s.hw for s in ss] for n, ss in self._plan()[1].items()
+                    if ss and all(s.hw is not None for s in ss)}
+            self.watermarks = ({n: min(hws) for n, hws in done.items()},  # type: ignore[type-var]
+                               {n: max(hws) for n, hws in done.items()})  # type: ignore[type-var]
+        return self.watermarks
 
     def _handover(self, conn: Any, epoch: int) -> Handover:
         """The handover of the job's chunks, bound on the server of `epoch` (a string key's order is its
@@ -324,16 +335,16 @@ def _gtid_state(conn: Any, position: BinlogPosition, base: dict[str, Any] | None
     return state_at(conn, Dialect.of(conn), position, base)
 
 
-def _evolver(job: dict[str, Any], schemas: dict[str, Any], splits: dict[str, Any], start: BinlogPosition,
-             guard: Any, conn: Any) -> Any:
+def _evolver(job: dict[str, Any], schemas: dict[str, Any], snapshot_end: dict[str, BinlogPosition],
+             start: BinlogPosition, guard: Any, conn: Any) -> Any:
     """The reader's schema versions under `stream.schema-changes` other than `fail` (None under `fail`)."""
     if job.get("schema_changes", "fail") == "fail":
         return None
     recorded = {n: [Version.from_dict(v) for v in vs] for n, vs in (job.get("versions") or {}).items()}
     for name, schema in schemas.items():
         recorded.setdefault(name, [Version(name, None, schema)])
-    # a change before a table's last chunk's high watermark is inside its snapshot: the guard's
-    snapshot_end = {n: max(s.hw for s in ss) for n, ss in splits.items() if ss and all(s.hw is not None for s in ss)}
+    # a change before a table's last chunk's high watermark (`snapshot_end`) is inside its snapshot, so
+    # the guard's to judge
     return Evolver(recorded, start, guard.current, lambda name: column_defaults(conn, *name.split(".", 1)),
                    lambda name, at: name in schemas and (name not in snapshot_end or at >= snapshot_end[name]))
 
