@@ -372,9 +372,10 @@ class LogFollower:
         self.next_version = 0
         self.physical: str | None = None
 
-    def commits(self) -> Iterator[tuple[float, list[Any]]]:
-        """The commits new since the last call, in order: (their file's modification time, the column
-        of each file they add, as Arrow arrays). A commit being written is read on the next call."""
+    def commits(self) -> Iterator[tuple[float, float, list[Any]]]:
+        """The commits new since the last call, in order: (their file's modification time, when this
+        call found it whole, before reading its files; the column of each file it adds, as Arrow
+        arrays). A commit being written is read on the next call."""
         import pyarrow.parquet as pq
 
         log = self.table / "_delta_log"
@@ -383,7 +384,7 @@ class LogFollower:
                 actions = [json.loads(line) for line in path.read_text().splitlines()]
             except ValueError:
                 return
-            columns = []
+            found, columns = time.time(), []
             for action in actions:
                 if "metaData" in action:
                     fields = json.loads(action["metaData"]["schemaString"])["fields"]
@@ -392,7 +393,7 @@ class LogFollower:
                 add = action.get("add")
                 if add and self.physical is not None:
                     columns.append(pq.read_table(self.table / add["path"], columns=[self.physical]).column(0))
-            yield path.stat().st_mtime, columns
+            yield path.stat().st_mtime, found, columns
             self.next_version += 1
 
 

@@ -85,8 +85,7 @@ class SilverWatcher:
         self.seen: dict[int, float] = {}
 
     def poll(self) -> None:
-        for when, columns in self.log.commits():
-            now = time.time()
+        for when, now, columns in self.log.commits():
             for ids in columns:
                 for i in ids.to_pylist():
                     self.committed.setdefault(int(i), when)

@@ -38,7 +38,7 @@ class StampWatcher:
         import pyarrow.compute as pc
 
         began = time.monotonic()
-        for when, columns in self.log.commits():
+        for when, _found, columns in self.log.commits():
             newest = self.newest
             for stamps in columns:
                 self.rows_read += len(stamps)
