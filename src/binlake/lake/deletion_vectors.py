@@ -88,9 +88,15 @@ def united(rows: Positions, more: Iterable[int] | npt.ArrayLike) -> Positions:
     """The sorted distinct row positions `rows` with `more`'s: those not already there put in their
     places, in one pass over `rows` rather than a sort of both (a batch adds a few to a DV's many)."""
     more = positions(more)
-    at = np.searchsorted(rows, more)
-    fresh = more[(at == rows.size) | (rows[np.minimum(at, rows.size - 1)] != more)] if rows.size else more
+    fresh = more[missing(rows, more)]
     return np.insert(rows, np.searchsorted(rows, fresh), fresh) if fresh.size else rows
+
+
+def missing(rows: Positions, values: Positions) -> npt.NDArray[np.bool_]:
+    """Which of the row positions `values` the sorted distinct `rows` do not hold."""
+    if not rows.size:
+        return np.ones(values.size, np.bool_)
+    return rows[np.minimum(np.searchsorted(rows, values), rows.size - 1)] != values
 
 
 def _groups(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], npt.NDArray[np.intp]]:

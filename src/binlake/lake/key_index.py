@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from binlake.lake.deletion_vectors import Positions
+from binlake.lake.deletion_vectors import Positions, missing
 from binlake.lake.table_log import Snapshot, data_path
 
 
@@ -73,10 +73,7 @@ class FileKeys:
 
     def unmarked(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of the file's `rows` its DV leaves live."""
-        if not self.marked.size or not rows.size:
-            return np.ones(rows.size, np.bool_)
-        wanted = rows.astype(np.uint64)
-        return self.marked[np.minimum(np.searchsorted(self.marked, wanted), self.marked.size - 1)] != wanted
+        return missing(self.marked, rows.astype(np.uint64))
 
     @property
     def live(self) -> npt.NDArray[np.bool_]:
