@@ -11,7 +11,6 @@ come in `_vals` (its columns' encoded texts, in the order of the schema version 
 
 from __future__ import annotations
 
-import decimal
 import json
 import operator
 from collections.abc import Iterator
@@ -209,6 +208,8 @@ class BinlogReader:
 
 
 Row = tuple[Any, ...]  # one flat change row: the meta columns (arrow_batches.meta_fields), then _row
+# A row's `_seq` is a Python int: pyarrow makes a DECIMAL(38,0) of 2,000 ints in 0.43 ms, of the same
+# values as Decimals in 5.9 ms (about 5% of a 2,000-change micro-batch's CPU, the steady bench's).
 
 
 def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard: Any, evolver: Any,
@@ -229,7 +230,7 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
                 _judge(guard, evolver, change)
             elif version is not None:
                 values.push(None)
-                yield (version.table, "s", decimal.Decimal(version.seq), None, version.at.file, version.at.pos,
+                yield (version.table, "s", version.seq, None, version.at.file, version.at.pos,
                        None, None, None, marker_row(version))
             continue
         if skip(change):  # a whole row event's rows share what it looks at (ts, gtid, epoch)
@@ -259,7 +260,7 @@ def _rows(changes: Iterator[Any], schemas: dict[str, Any], handover: Any, guard:
                 except Exception as exc:  # noqa: BLE001 - one line naming the column and the key, not a trace
                     raise schema.unconvertible(part.image, exc, "batch") from None
                 values.push(encoded)
-                yield (part.table, part.op, decimal.Decimal(part.seq), part.ts, part.file, part.pos, part.gtid,
+                yield (part.table, part.op, part.seq, part.ts, part.file, part.pos, part.gtid,
                        None, None, None)
 
 
@@ -276,7 +277,7 @@ def _signals(changes: Iterator[Any], table: str, values: RowValues) -> Iterator[
         for one in change.changes() if isinstance(change, RowEvent) else (change,):
             image = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v for k, v in one.image.items()}
             values.push(None)
-            yield ("", "x", decimal.Decimal(one.seq), one.ts, one.file, one.pos, one.gtid, None, None,
+            yield ("", "x", one.seq, one.ts, one.file, one.pos, one.gtid, None, None,
                    json.dumps({"signal": {"id": str(image.get("id")), "type": image.get("type"),
                                           "data": image.get("data")}, "seq": str(one.seq)}))
 
@@ -289,10 +290,10 @@ def _native(event: RowEvent, changed: list[bool]) -> Iterator[Row]:
     base = event_seq(at.file, at.pos, 0, at.epoch)
     for i, split in enumerate(changed):
         if not split:
-            yield (table, op, decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, None)
+            yield (table, op, base + row_slot(i), ts, at.file, at.pos, gtid, None, None, None)
         else:
-            yield (table, "d", decimal.Decimal(base + row_slot(i)), ts, at.file, at.pos, gtid, None, None, None)
-            yield (table, "c", decimal.Decimal(base + row_slot(i, True)), ts, at.file, at.pos, gtid, None, None, None)
+            yield (table, "d", base + row_slot(i), ts, at.file, at.pos, gtid, None, None, None)
+            yield (table, "c", base + row_slot(i, True), ts, at.file, at.pos, gtid, None, None, None)
 
 
 def _trailed(rows: Iterator[Row], partition: BinlogRange, seen: Any, values: RowValues) -> Iterator[Row]:

@@ -20,6 +20,7 @@ caller then writes and removes nothing.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -115,9 +116,9 @@ class Snapshot:
 
     def num_records(self, path: str) -> int:
         """The rows of the data file `path`, deleted ones too: its `numRecords`, else its footer's count."""
-        stats = json.loads(self.files[path].get("stats") or "{}")
-        if "numRecords" in stats:
-            return int(stats["numRecords"])
+        records = stated_records(self.files[path].get("stats") or "{}")
+        if records is not None:
+            return records
         import pyarrow.parquet as pq
 
         return int(pq.read_metadata(data_path(self.location, path)).num_rows)
@@ -165,6 +166,15 @@ def replay(location: str) -> LogState:
             if p:
                 state.removed[p] = max(at, state.removed.get(p, 0.0))
     return state
+
+
+@functools.lru_cache(maxsize=16384)
+def stated_records(stats: str) -> int | None:
+    """The `numRecords` of an add action's `stats` (its JSON text), None where it has none. Parsed once
+    per text: a batch's commit, compaction's look and the key index each ask it of every live file,
+    every batch, and a file's stats stay the same text from commit to commit."""
+    records = json.loads(stats).get("numRecords")
+    return None if records is None else int(records)
 
 
 def data_path(location: str | Path, path: str) -> Path:
