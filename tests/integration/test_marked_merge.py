@@ -179,3 +179,29 @@ def test_decimals_of_a_marked_batch_read_back_equal_by_spark_and_delta_rs(
     from deltalake import DeltaTable, QueryBuilder
     found = pa.table(QueryBuilder().register("t", DeltaTable(location)).execute("SELECT * FROM t").read_all())
     assert {r["id"]: {n: r[n] for n in kinds} for r in found.to_pylist()} == expected
+
+
+def test_the_index_a_marked_batch_keeps_equals_one_read_from_the_files(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marked batch hands its new file's keys to the index (KeyIndex.learn) instead of the next batch
+    reading them back: each file's keys, rows and marks then equal those of an index read from the table."""
+    monkeypatch.setattr(marked_merge, "MARK_FROM_BYTES", 1)
+    location = str(tmp_path / "silver")
+    assert silver.insert_snapshot_arrow(SCHEMA, _changes([(i, f"name {i}", 0, 1, "r") for i in range(ROWS)])
+                                        .select(NAMES), location)
+    expected = {i: (f"name {i}", 0) for i in range(ROWS)}
+    kept = KeyIndex("id")
+    for number in range(1, 6):
+        assert marked_merge.apply_marked(location, SCHEMA, _changes(_batch(number, expected)), kept)
+    snapshot = Snapshot.read(location)
+    kept.sync(snapshot)
+    read = KeyIndex("id")
+    read.sync(snapshot)
+    assert set(kept.files) == set(read.files)
+    for path, held in kept.files.items():
+        fresh = read.files[path]
+        assert held.keys.tolist() == fresh.keys.tolist(), path
+        assert (held.rows is None) == (fresh.rows is None) and (held.rows is None or
+                                                                held.rows.tolist() == fresh.rows.tolist())
+        assert held.marked.tolist() == fresh.marked.tolist() and held.distinct == fresh.distinct
+    assert sorted(int(k) for f in kept.files.values() for k in f.keys[f.live]) == sorted(expected)

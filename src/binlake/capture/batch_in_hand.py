@@ -68,11 +68,15 @@ class HeldBatch:
         """`CachedBatch.figures`, counted by Arrow."""
         op = self.rows.column("_op")
         notes = pc.is_in(op, pa.array(NOTES))
-        trailers = self.rows.filter(notes).column("_row").to_pylist()
-        changes = self.rows.filter(pc.invert(notes))
+        # a batch of one table and no notes (the common one) is taken whole: no copy filtered out of it
+        noted = pc.any(notes).as_py()
+        trailers = self.rows.filter(notes).column("_row").to_pylist() if noted else []
+        changes = self.rows.filter(pc.invert(notes)) if noted else self.rows
+        names = pc.unique(changes.column("_table")).to_pylist()
         out = []
-        for name in pc.unique(changes.column("_table")).to_pylist():
-            rows = self.tables[name] = changes.filter(pc.equal(changes.column("_table"), name))
+        for name in names:
+            rows = self.tables[name] = changes if len(names) == 1 else \
+                changes.filter(pc.equal(changes.column("_table"), name))
             ops = rows.column("_op")
             out.append({
                 "_table": name, "n": rows.num_rows, "ts": pc.max(rows.column("_ts")).as_py(),

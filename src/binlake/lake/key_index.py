@@ -113,6 +113,12 @@ class KeyIndex:
                 known.marked, known.dv = snapshot.deleted(path), dv
         self.version = snapshot.version
 
+    def learn(self, path: str, keys: npt.NDArray[np.int64]) -> None:
+        """The keys of a data file this process has just committed, in its row order: the next `sync`
+        takes them as they are instead of reading the file back (a marked batch's file, at every batch)."""
+        ordered, rows, distinct = _sorted(keys)
+        self.files[path] = FileKeys(ordered, rows, np.empty(0, np.uint64), None, distinct)
+
     def locate(self, keys: npt.ArrayLike) -> dict[str, npt.NDArray[np.int64]]:
         """The live rows holding `keys`, by file: {path: row positions}, only files with some."""
         wanted = np.unique(np.asarray(keys, dtype=np.int64))
@@ -131,13 +137,20 @@ def _read(snapshot: Snapshot, path: str, physical: str) -> FileKeys:
     # one file's column read by ParquetFile, not read_table: its dataset took 0.9 ms a read against 0.26
     with pq.ParquetFile(data_path(snapshot.location, path)) as file:
         column = file.read(columns=[physical]).column(0)
-    keys = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+    keys, rows, distinct = _sorted(column.to_numpy(zero_copy_only=False))
+    return FileKeys(keys, rows, snapshot.deleted(path), snapshot.files[path].get("deletionVector"), distinct)
+
+
+def _sorted(values: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None, bool]:
+    """A file's keys in its row order as (the keys sorted, the row of each or None when they were in
+    order already, whether no key is there twice)."""
+    keys = np.asarray(values, dtype=np.int64)
     rows: npt.NDArray[np.int64] | None = None
     if keys.size > 1 and not bool(np.all(keys[1:] >= keys[:-1])):
         rows = np.argsort(keys, kind="stable").astype(np.int64)
         keys = keys[rows]
     distinct = keys.size < 2 or bool(np.all(keys[1:] != keys[:-1]))
-    return FileKeys(keys, rows, snapshot.deleted(path), snapshot.files[path].get("deletionVector"), distinct)
+    return keys, rows, distinct
 
 
 def table_bytes(snapshot: Snapshot) -> int:

@@ -72,6 +72,8 @@ def apply_marked(location: str, schema: TableSchema, changes: Any, index: KeyInd
         try:
             commit(snapshot, rows, adds, operation="MERGE",
                    parameters={"predicate": f"marked by key ({key[0]})"})
+            for add in adds:  # the new file's keys are these, in its order: not read back at the next batch
+                index.learn(add["path"], images.column(key[0]).to_numpy(zero_copy_only=False))
             return True
         except CommitConflict as lost:
             log.info("%s: %s", schema.name, lost.message)
