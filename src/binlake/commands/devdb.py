@@ -184,7 +184,11 @@ class DevDb:
                "--skip-test-db", "--no-defaults"]
         if os.geteuid() == 0:
             cmd.append("--user=root")
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        # its own temporary folder, as the server's (`--tmpdir`): a starting server removes every `#sql*`
+        # file in its tmpdir, so two installs at once in /tmp (the tests' two workers) removed each
+        # other's temporary tables, and one failed
+        self.tmp_path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TMPDIR": str(self.tmp_path)})
         if done.returncode != 0:
             raise RuntimeFailure(f"mariadb-install-db failed in {self.datadir}: {done.stderr.strip()[-400:]}")
 
