@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 
 from binlake.config import load
+from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
 from binlake.offsets import BinlogPosition
+from binlake.source.dialect import binlog_head
 
 from .workload import Writers, bronze_duplicates, create_table, run_cli, silver_rows, source_rows, write_config
 
@@ -88,3 +90,26 @@ def test_a_batch_too_large_for_the_driver_is_left_to_spark_in_the_same_run(dev_d
     name = f"{database}.t"
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
     assert bronze_duplicates(spark, target.bronze(name).location) == 0
+
+
+def test_a_quiet_source_s_first_batch_is_committed_empty_as_spark_s_batch_0(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """No change after the snapshot: the run still commits batch 0, empty, as Spark's query does, so the
+    checkpoint holds where the stream stands (what the source-identity check and a restart go on from)."""
+    port = dev_db.running_port()
+    create_table(port, database, 300)
+    with dev_db.connect(database) as conn:
+        head = binlog_head(conn)
+    cfg = write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", chunk_size=200, group_size=2)
+    checkpoint = Path(Target.of(load(cfg)).checkpoint)
+    done = run_cli("-v", "run", "-c", str(cfg), "--until-caught-up")
+    assert done.returncode == 0 and LOOP in done.stderr, done.stderr[-2000:]
+    assert [n for n, _ in _offsets(checkpoint)] == [0] and (checkpoint / "commits" / "0").exists()
+    assert committed_offset(str(checkpoint)) == head
+
+    with dev_db.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = 'after' WHERE id <= 10")
+        moved = binlog_head(conn)
+    again = run_cli("run", "-c", str(cfg), "--until-caught-up")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [n for n, _ in _offsets(checkpoint)] == [0, 1] and committed_offset(str(checkpoint)) == moved
+    assert silver_rows(spark, Target.of(load(cfg)).silver(f"{database}.t").location) == source_rows(port, database)

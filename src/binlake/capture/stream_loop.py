@@ -77,7 +77,7 @@ class StreamLoop:
             self.reader.commit(begin)  # as Spark tells a restarted source where it stands
         log.info("streaming from %s in the driver, batch %d", BinlogPosition.from_dict(begin), batch_id)
         while not stop.asked():
-            if target is not None and BinlogPosition.from_dict(begin) >= target:
+            if target is not None and batch_id > 0 and BinlogPosition.from_dict(begin) >= target:
                 if not self._guarded(lambda: self.side.step(BinlogPosition.from_dict(begin))):
                     return None
                 # a snapshot beside the stream runs: its chunks land once the stream has passed their high
@@ -89,18 +89,20 @@ class StreamLoop:
             end = planned if planned is not None else self._guarded(lambda: self.reader.latestOffset(begin))
             found = BinlogPosition.from_dict(end) > BinlogPosition.from_dict(begin)
             metrics.found(found)
-            if found:
+            # a checkpoint's first batch is committed even when empty, as Spark's query runs its batch 0:
+            # the checkpoint then holds where the stream stands from the start, on a quiet source too
+            if found or batch_id == 0:
                 if planned is None:
                     checkpoint.plan_batch(self.files, batch_id, end, lambda: checkpoint.query_conf(self.ctx.session()))
-                if not self._holdable(begin, end):
+                if found and not self._holdable(begin, end):
                     log.info("batch %d spans more binlog than the driver holds: Spark's query reads it", batch_id)
                     return end
-                landed = self._guarded(lambda: self._land(batch_id, begin, end, began))
+                landed = found and self._guarded(lambda: self._land(batch_id, begin, end, began))
                 checkpoint.commit_batch(self.files, batch_id)
                 self.reader.commit(end)
                 batch_id, begin, planned = batch_id + 1, end, None
-                if not landed:  # the binlog moved in tables binlake does not capture: no progress written
-                    self.heartbeat.beat(begin, caught_up=False)
+                if not landed:  # nothing to land, or the binlog moved in tables binlake does not capture
+                    self.heartbeat.beat(begin, caught_up=not found)
             else:
                 self.heartbeat.beat(begin, caught_up=True)
             self._clean()
