@@ -88,6 +88,43 @@ def test_silver_comes_back_to_few_files_in_key_order(spark: Any, tmp_path: Path,
     assert ops.count("OPTIMIZE") == len(steps)
 
 
+def test_the_snapshot_s_small_files_are_written_again_as_few(spark: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Silver as a snapshot leaves it, a file per chunk group in key ranges, under marked batches whose
+    pool is too small a share to be due: the runs of small files are written again as one each, with
+    the pool's rows in their ranges, until no two small files are left side by side."""
+    monkeypatch.setattr(marked_merge, "MARK_FROM_BYTES", 1)
+    location = str(tmp_path / "silver")
+    chunks = 6
+    for c in range(chunks):  # one file each, in key order, as the snapshot's chunk groups land
+        part = range(c * ROWS // chunks, (c + 1) * ROWS // chunks)
+        assert silver.insert_snapshot_arrow(SCHEMA, _changes([(i, f"name {i}", 0, 1, "r") for i in part]).select(NAMES),
+                                            location)
+    expected = {i: (f"name {i}", 0) for i in range(ROWS)}
+    index = KeyIndex("id")
+    for number in range(1, 4):
+        assert marked_merge.apply_marked(location, SCHEMA, _changes(_batch(number, expected)), index)
+    before = Snapshot.read(location)
+    ranged = [p for p in before.files if p not in _pool(location)]
+    assert len(ranged) == chunks
+    largest = max(int(before.files[p]["size"]) for p in ranged)
+    file_size = int(4.5 * largest / compaction.SMALL_SHARE)  # a range holds four of them, each under half of one
+    monkeypatch.setattr(compaction, "POOL_SHARE", 0.9)  # the pool's share alone makes no step due
+
+    steps = []
+    while (step := compaction.compact_silver(location, "id", file_size, index)) is not None:
+        steps.append(step)
+        assert len(steps) < 10, "compaction does not converge"
+    after = Snapshot.read(location)
+    assert len(steps) == 2 and len([p for p in after.files if p not in _pool(location)]) == 2
+    ranges = _key_ranges(location)
+    assert not _pool(location) and ranges[0][0] == 0 and ranges[0][1] < ranges[1][0]
+    assert _delta_rs_rows(location) == expected
+    assert _spark_rows(spark, location) == expected
+    # files of half a range or more are done: no step merges them again
+    assert compaction.compact_silver(location, "id", file_size, KeyIndex("id")) is None
+
+
 KILLED_STEP = """
 import sys
 from binlake.lake import compaction

@@ -10,7 +10,7 @@ tables with column mapping, as binlake's are).
 
 Silver's marked batches (`binlake.lake.marked_merge`) each add a small file of new images at keys
 anywhere in the table, tagged as the "pool" (`POOL`), and mark the old rows in the other files'
-deletion vectors. Two kinds of step keep it few files in key order:
+deletion vectors. Three kinds of step keep it few files in key order:
 - the pool's files are merged among themselves as bronze's are, a tier at a time (their live rows, by
   key), so they stay few however many batches land;
 - once the pool holds more than POOL_SHARE of the table's live rows (or a file out of it has
@@ -19,6 +19,10 @@ deletion vectors. Two kinds of step keep it few files in key order:
   again whole: those files' live rows with the pool's rows in the range, sorted by key, as new files
   out of the pool; the same commit removes the range's files and marks the rows it took in the pool's.
   The range chosen is the one with the most rows to gain (marked rows dropped, pool rows taken in).
+- otherwise, a range of two or more small files out of the pool (each under an eighth of
+  `lake.file-size`) is written so too, as one: the snapshot leaves silver a file per chunk group, and
+  a batch at random keys marks rows in nearly every file, so each small file cost its DV and its key
+  search at every batch (`_crowded`).
 A step of either kind costs what it writes, not the table, and a changed row is written again in key
 order about 1 / POOL_SHARE times (and a few times in the pool's tiers); a read filtered by key skips
 every file out of the pool whose range misses it. A table of pool files alone is written again as one
@@ -149,7 +153,7 @@ def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
     pooled = sum(live[p] for p in pool)
     heavy = any(_marked(snapshot, p) >= MARKED_SHARE * snapshot.num_records(p) for p in snapshot.files if p not in pool)
     if not heavy and pooled <= POOL_SHARE * sum(live.values()):
-        return None
+        return _range_step(snapshot, key, pool, file_size, index, crowded=True)
     return _range_step(snapshot, key, pool, file_size, index)
 
 
@@ -167,15 +171,22 @@ def _merged_pool(snapshot: Snapshot, key: str, tier: list[str], file_size: int) 
     return Step(snapshot.location, time.time(), len(tier), len(adds), round(time.monotonic() - began, 3))
 
 
-def _range_step(snapshot: Snapshot, key: str, pool: set[str], file_size: int, index: KeyIndex) -> Step | None:
+def _range_step(snapshot: Snapshot, key: str, pool: set[str], file_size: int, index: KeyIndex,
+                crowded: bool = False) -> Step | None:
     """One key range written again: its files' live rows and the pool's rows in the range, by key, as
     new files out of the pool; the range with the most rows to gain (marked rows dropped, pool rows
-    taken in). A table of pool files alone is written again as one range."""
+    taken in). A table of pool files alone is written again as one range. With `crowded`, only a
+    range of small files (`_crowded`) is, and None when there is none."""
     began = time.monotonic()
     index.sync(snapshot)
     sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
     pool = pool | {p for p in snapshot.files if not index.files[p].keys.size}
-    ranges = _ranges(index, [p for p in snapshot.files if p not in pool], sizes, SMALL_SHARE * file_size)
+    most = SMALL_SHARE * file_size
+    ranges = _ranges(index, [p for p in snapshot.files if p not in pool], sizes, most)
+    if crowded:
+        ranges = [r for r in ranges if _crowded(r[0], sizes, most)]
+        if not ranges:
+            return None
     files, lo, hi = max(ranges, key=lambda r: _gain(snapshot, index, pool, *r)) if ranges else ([], None, None)
     taken = {p: _in_range(index, p, lo, hi) for p in pool}
     taken = {p: rows for p, rows in taken.items() if rows.size}
@@ -210,6 +221,14 @@ def _ranges(index: KeyIndex, large: list[str], sizes: dict[str, int], most: floa
     starts = [index.files[g[0]].keys[0] for g in groups]
     return [(g, None if i == 0 else starts[i], starts[i + 1] if i + 1 < len(groups) else None)
             for i, g in enumerate(groups)]
+
+
+def _crowded(files: list[str], sizes: dict[str, int], most: float) -> bool:
+    """Whether a range's `files` are small files that one would hold: two or more, each under half of
+    `most`. The snapshot leaves silver so (a file per chunk group: 38 files of 3.7 MB at 5M rows, 152 at
+    20M), and a batch marks rows in nearly every file at random keys, each file's DV written again and
+    its keys searched at every batch; written again as one, they cost that once."""
+    return len(files) >= 2 and all(sizes[p] < most / 2 for p in files)
 
 
 def _marked(snapshot: Snapshot, path: str) -> int:
