@@ -153,6 +153,12 @@ def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
     pooled = sum(live[p] for p in pool)
     heavy = any(_marked(snapshot, p) >= MARKED_SHARE * snapshot.num_records(p) for p in snapshot.files if p not in pool)
     if not heavy and pooled <= POOL_SHARE * sum(live.values()):
+        # small files side by side matter once batches mark the table (they add the pool); a table
+        # delta-rs's MERGE keeps has none, and its index is not kept (nor read here) at every look
+        small = [p for p, a in snapshot.files.items()
+                 if p not in pool and int(a.get("size") or 0) < SMALL_SHARE * file_size / 2]
+        if not pool or len(small) < 2:
+            return None
         return _range_step(snapshot, key, pool, file_size, index, crowded=True)
     return _range_step(snapshot, key, pool, file_size, index)
 
