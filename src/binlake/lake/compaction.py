@@ -155,8 +155,7 @@ def compact_silver(location: str, key: str, file_size: int, index: KeyIndex,
     if not heavy and pooled <= POOL_SHARE * sum(live.values()):
         # small files side by side matter once batches mark the table (they add the pool); a table
         # delta-rs's MERGE keeps has none, and its index is not kept (nor read here) at every look
-        small = [p for p, a in snapshot.files.items()
-                 if p not in pool and int(a.get("size") or 0) < SMALL_SHARE * file_size / 2]
+        small = [p for p, a in snapshot.files.items() if p not in pool and _small(int(a.get("size") or 0), file_size)]
         if not pool or len(small) < 2:
             return None
         return _range_step(snapshot, key, pool, file_size, index, crowded=True)
@@ -187,10 +186,9 @@ def _range_step(snapshot: Snapshot, key: str, pool: set[str], file_size: int, in
     index.sync(snapshot)
     sizes = {p: int(a.get("size") or 0) for p, a in snapshot.files.items()}
     pool = pool | {p for p in snapshot.files if not index.files[p].keys.size}
-    most = SMALL_SHARE * file_size
-    ranges = _ranges(index, [p for p in snapshot.files if p not in pool], sizes, most)
+    ranges = _ranges(index, [p for p in snapshot.files if p not in pool], sizes, SMALL_SHARE * file_size)
     if crowded:
-        ranges = [r for r in ranges if _crowded(r[0], sizes, most)]
+        ranges = [r for r in ranges if _crowded(r[0], sizes, file_size)]
         if not ranges:
             return None
     files, lo, hi = max(ranges, key=lambda r: _gain(snapshot, index, pool, *r)) if ranges else ([], None, None)
@@ -229,12 +227,16 @@ def _ranges(index: KeyIndex, large: list[str], sizes: dict[str, int], most: floa
             for i, g in enumerate(groups)]
 
 
-def _crowded(files: list[str], sizes: dict[str, int], most: float) -> bool:
-    """Whether a range's `files` are small files that one would hold: two or more, each under half of
-    `most`. The snapshot leaves silver so (a file per chunk group: 38 files of 3.7 MB at 5M rows, 152 at
+def _small(size: int, file_size: int) -> bool:
+    """Whether a silver file out of the pool of `size` bytes is small: under half of what a range holds."""
+    return size < SMALL_SHARE * file_size / 2
+
+
+def _crowded(files: list[str], sizes: dict[str, int], file_size: int) -> bool:
+    """Whether a range's `files` are small files that one would hold: two or more, each `_small`. The snapshot leaves silver so (a file per chunk group: 38 files of 3.7 MB at 5M rows, 152 at
     20M), and a batch marks rows in nearly every file at random keys, each file's DV written again and
     its keys searched at every batch; written again as one, they cost that once."""
-    return len(files) >= 2 and all(sizes[p] < most / 2 for p in files)
+    return len(files) >= 2 and all(_small(sizes[p], file_size) for p in files)
 
 
 def _marked(snapshot: Snapshot, path: str) -> int:
