@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from binlake.lake.deletion_vectors import positions
-from binlake.lake.key_index import FileKeys
+from binlake.lake.key_index import FileKeys, KeyIndex
 
 
 def _held(file_keys: np.ndarray, marked: np.ndarray) -> FileKeys:
@@ -43,8 +43,10 @@ def test_a_batch_finds_the_live_rows_a_scan_of_the_file_finds(order: str) -> Non
         wanted = np.unique(rng.integers(lo - 200, lo + 500, int(rng.integers(0, 100))))
         if file_keys.size:
             wanted = np.unique(np.concatenate([wanted, [file_keys.min(), file_keys.max()]]))
-        found = _held(file_keys, marked).find(wanted)
-        assert sorted(found.tolist()) == _scanned(file_keys, marked, wanted)
+        rows, found = _held(file_keys, marked).find(wanted)
+        assert sorted(rows.tolist()) == _scanned(file_keys, marked, wanted)
+        live = {int(file_keys[r]) for r in _scanned(file_keys, marked, wanted)}
+        assert wanted[found].tolist() == sorted(live)
 
 
 def test_the_live_mask_leaves_out_the_marked_rows_in_key_order() -> None:
@@ -52,3 +54,35 @@ def test_the_live_mask_leaves_out_the_marked_rows_in_key_order() -> None:
     held = _held(file_keys, np.array([0, 3]))  # keys 30 and 40 marked
     assert held.keys[held.live].tolist() == [10, 20]
     assert held.unmarked(np.array([0, 1, 2, 3])).tolist() == [False, True, True, False]
+
+
+def test_a_batch_s_keys_are_found_in_whichever_file_holds_them_live() -> None:
+    """A table as the stream leaves it: files in key ranges, and pool files at keys anywhere, a key's
+    older rows marked wherever it moved. Each wanted key is found at its one live row, whichever file
+    the search reaches first."""
+    rng = np.random.default_rng(11)
+    for _ in range(50):
+        keys = np.arange(0, 3000, dtype=np.int64)
+        where = {int(k): ("r", int(k)) for k in keys}  # key -> (file, row): its live row
+        files: dict[str, list[int]] = {f"r{i}": list(range(i * 1000, (i + 1) * 1000)) for i in range(3)}
+        dead: dict[str, set[int]] = {p: set() for p in files}
+        for j in range(int(rng.integers(1, 6))):  # pool files, each moving keys at random into it
+            moved = sorted(set(rng.choice(keys, int(rng.integers(1, 400))).tolist()))
+            name = f"p{j}"
+            for row, k in enumerate(moved):
+                old = where[k]
+                dead[old[0] if old[0] != "r" else f"r{k // 1000}"].add(old[1] if old[0] != "r" else k % 1000)
+                where[k] = (name, row)
+            files[name], dead[name] = moved, set()
+        index = KeyIndex("id")
+        for name, held in files.items():
+            index.files[name] = _held(np.array(held, np.int64), np.array(sorted(dead[name]), np.int64))
+        wanted = np.unique(rng.integers(-10, 3010, int(rng.integers(0, 500))))
+        located = index.locate(wanted)
+        expected: dict[str, list[int]] = {}
+        for k in wanted.tolist():
+            if 0 <= k < 3000:
+                name, row = where[k]
+                name, row = (f"r{k // 1000}", k % 1000) if name == "r" else (name, row)
+                expected.setdefault(name, []).append(row)
+        assert {p: sorted(r.tolist()) for p, r in located.items()} == {p: sorted(r) for p, r in expected.items()}

@@ -53,23 +53,33 @@ class FileKeys:
     dv: dict[str, Any] | None  # the DV `marked` was read from (its descriptor; None for none)
     distinct: bool = True  # no key twice in the file (as binlake writes silver's files)
 
-    def find(self, wanted: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    def find(self, wanted: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
         """The rows (positions in the file) of the live keys among the sorted, distinct `wanted` (a key
-        twice in a file, live once at most, is found at each place)."""
+        twice in a file, live once at most, is found at each place), and which of `wanted` were found."""
+        found = np.zeros(wanted.size, np.bool_)
         if not self.keys.size or not wanted.size:
-            return np.empty(0, np.int64)
+            return np.empty(0, np.int64), found
         # only the wanted keys within the file's least and greatest: most files hold one key range
-        within = wanted[np.searchsorted(wanted, self.keys[0], "left"):
-                        np.searchsorted(wanted, self.keys[-1], "right")]
+        begin = int(np.searchsorted(wanted, self.keys[0], "left"))
+        within = wanted[begin:np.searchsorted(wanted, self.keys[-1], "right")]
         left = np.searchsorted(self.keys, within, side="left")
         if self.distinct:
-            hit = left[self.keys[np.minimum(left, self.keys.size - 1)] == within]
+            present = self.keys[np.minimum(left, self.keys.size - 1)] == within
+            hit, of = left[present], np.flatnonzero(present)
         else:
             counts = np.searchsorted(self.keys, within, side="right") - left
             starts = np.repeat(left, counts)
             hit = starts + (np.arange(starts.size) - np.repeat(np.cumsum(counts) - counts, counts))
+            of = np.repeat(np.arange(within.size), counts)
         rows = (hit if self.rows is None else self.rows[hit]).astype(np.int64)
-        return rows[self.unmarked(rows)]
+        live = self.unmarked(rows)
+        found[begin + of[live]] = True
+        return rows[live], found
+
+    @property
+    def span(self) -> int:
+        """How wide the file's key range is: its greatest key less its least."""
+        return int(self.keys[-1]) - int(self.keys[0]) if self.keys.size else 0
 
     def unmarked(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of the file's `rows` its DV leaves live."""
@@ -120,10 +130,23 @@ class KeyIndex:
         self.files[path] = FileKeys(ordered, rows, np.empty(0, np.uint64), None, distinct)
 
     def locate(self, keys: npt.ArrayLike) -> dict[str, npt.NDArray[np.int64]]:
-        """The live rows holding `keys`, by file: {path: row positions}, only files with some."""
+        """The live rows holding `keys`, by file: {path: row positions}, only files with some.
+
+        Silver holds each key live once (it is a MERGE's target by key), so a key found in one file is
+        not looked for in the others, and the files are searched narrowest key range first: the files in
+        key order take most of a batch's keys each in its own range, leaving the few of the pool's, whose
+        files span the whole table. Searched in every file, a batch of 2,000 keys at random took 5 ms on
+        a 5M-row silver, nearly all of it in the pool's largest files."""
         wanted = np.unique(np.asarray(keys, dtype=np.int64))
-        found = {path: f.find(wanted) for path, f in self.files.items()}
-        return {path: rows for path, rows in found.items() if rows.size}
+        located = {}
+        for path, f in sorted(self.files.items(), key=lambda item: item[1].span):
+            if not wanted.size:
+                break
+            rows, found = f.find(wanted)
+            if rows.size:
+                located[path] = rows
+                wanted = wanted[~found]
+        return located
 
     def rows(self) -> int:
         """The live rows the index holds."""
