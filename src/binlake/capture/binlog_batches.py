@@ -164,7 +164,7 @@ class BinlogReader:
                 params, int(self.job["server_id"]), start, stop,
                 lambda d, t: f"{d}.{t}" in schemas or f"{d}.{t}" == signals,
                 reconnect_timeout=patience, ddl=True, on_reopen=lambda: before_reopen(params, partition.start, lineage, gtid_offsets),
-                seen=seen, whole_events=True,
+                seen=seen, whole_events=True, control=conn,
             )
             evolver = _evolver(self.job, schemas, last_hw, start, guard, conn)
             values = RowValues()

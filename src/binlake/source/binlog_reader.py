@@ -147,8 +147,9 @@ def read_changes(
     740. Before that reopen, `on_reopen()` may refuse a server that no longer holds the history read so
     far (binlake.source.identity): one restarted with a new data directory, say. `seen` collects the
     GTID of every transaction that starts before `stop`, wanted or not. `control`: a PyMySQL
-    connection the caller holds, lent to mysql-replication for its questions to the server (it
-    opens one of its own otherwise). With `whole_events`, a row event of a wanted table comes as one
+    connection the caller holds, lent to mysql-replication for its questions to the server at the
+    first open (it opens one of its own otherwise, and after a lost connection, which may have taken
+    the lent one with it). With `whole_events`, a row event of a wanted table comes as one
     `RowEvent`, its rows not decoded yet, instead of its `RowChange`s. `keeps(column)` says which
     columns of a row are read (`TableSchema.keeps`, for one table's read; every column when None).
     """
@@ -156,6 +157,7 @@ def read_changes(
     backoff = Backoff(params, reconnect_timeout)
     catchup = Catchup(float(params.get("read_timeout") or DEFAULT_READ_TIMEOUT))
     lost = False
+    lend = control
     while True:
         if lost and on_reopen is not None:
             try:
@@ -166,7 +168,8 @@ def read_changes(
                 backoff.wait(exc, f"reading the binlog at {reading.done}")
                 continue
         lost = False
-        stream = _open(params, server_id, reading.txn_start, control)
+        stream = _open(params, server_id, reading.txn_start, lend)
+        lend = None
         try:
             while True:
                 try:
