@@ -100,9 +100,9 @@ def test_silver_holds_the_rows_that_match_now_whatever_the_batches(spark, tmp_pa
     # in two batches, the second one replayed, and its changes in another order
     second = list(reversed(HISTORY[cut:]))
     assert silver_after(spark, tmp_path / f"two{cut}", [HISTORY[:cut], second, second]) == want
-    # each change a batch of its own: each step of key 1 in and out
-    steps = [silver_after(spark, tmp_path / f"step{cut}", [HISTORY[:n]]).get(1) for n in (1, 2, 3, 4)]
+    # each change a batch of its own: each step of key 1 in and out (once: the cut plays no part in it)
     if cut == 1:
+        steps = [silver_after(spark, tmp_path / "step", [HISTORY[:n]]).get(1) for n in (1, 2, 3, 4)]
         assert steps == [("a", 7), None, ("c", 7), None]
 
 

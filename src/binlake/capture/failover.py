@@ -51,8 +51,10 @@ class GtidRecord:
     def states(self) -> list[dict[str, Any]]:
         return list(json.loads(self.path.read_text())["states"]) if self.path.exists() else []
 
-    def at(self, position: BinlogPosition) -> dict[str, Any] | None:
-        return next((s for s in self.states() if BinlogPosition.from_dict(s["end"]) == position), None)
+    def at(self, position: BinlogPosition, states: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+        """The state at `position`, among `states` (the record's, read now, by default)."""
+        return next((s for s in (self.states() if states is None else states)
+                     if BinlogPosition.from_dict(s["end"]) == position), None)
 
     def newest(self, since: BinlogPosition) -> dict[str, Any] | None:
         """The state at the furthest position at or after `since` on the same server (epoch). A state is
@@ -62,21 +64,26 @@ class GtidRecord:
                  and BinlogPosition.from_dict(s["end"]).epoch == since.epoch]
         return max(found, key=lambda s: BinlogPosition.from_dict(s["end"]), default=None)
 
-    def put(self, position: BinlogPosition, gtids: str, complete: bool) -> None:
-        kept = [s for s in self.states() if BinlogPosition.from_dict(s["end"]) != position][-(KEEP - 1):]
+    def put(self, position: BinlogPosition, gtids: str, complete: bool,
+            states: list[dict[str, Any]] | None = None) -> None:
+        """Record the state at `position`, the record's `states` (read now, by default) kept besides."""
+        kept = [s for s in (self.states() if states is None else states)
+                if BinlogPosition.from_dict(s["end"]) != position][-(KEEP - 1):]
         kept.append({"end": position.to_dict(), "gtids": gtids, "complete": complete})
         self.path.write_text(json.dumps({"states": kept}))
 
     def advance(self, batch: dict[str, Any]) -> None:
         """Add a micro-batch's GTIDs (the reader's record: start, end, gtids, complete) to the state at
         its start. A replayed batch finds its end already there; a batch whose start has no state
-        leaves its end without one too (the next start reads it from the server)."""
+        leaves its end without one too (the next start reads it from the server). The record is read
+        once for the three (a batch a second)."""
         start, end = BinlogPosition.from_dict(batch["start"]), BinlogPosition.from_dict(batch["end"])
-        if self.at(end) is not None:
+        states = self.states()
+        if self.at(end, states) is not None:
             return
-        base = self.at(start)
+        base = self.at(start, states)
         if base is not None:
-            self.put(end, advance(base["gtids"], batch["gtids"]), bool(base["complete"] and batch["complete"]))
+            self.put(end, advance(base["gtids"], batch["gtids"]), bool(base["complete"] and batch["complete"]), states)
 
 
 def state_at(conn: Any, dialect: Dialect, position: BinlogPosition,
