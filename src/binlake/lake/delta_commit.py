@@ -117,7 +117,7 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
     if not removes and not adds:
         return snapshot.version
     _check_writable(snapshot, with_dvs=bool(readds))
-    stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix)
+    stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix, checked=True)
     for readd, dv in zip(readds, stored):
         readd["deletionVector"] = dv.to_dict()
     info = {"timestamp": now, "operation": operation, "operationParameters": dict(parameters or {}),
