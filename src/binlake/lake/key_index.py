@@ -135,8 +135,9 @@ class KeyIndex:
         Silver holds each key live once (it is a MERGE's target by key), so a key found in one file is
         not looked for in the others, and the files are searched narrowest key range first: the files in
         key order take most of a batch's keys each in its own range, leaving the few of the pool's, whose
-        files span the whole table. Searched in every file, a batch of 2,000 keys at random took 5 ms on
-        a 5M-row silver, nearly all of it in the pool's largest files."""
+        files span the whole table. On a model of a 5M-row silver after 15 minutes of the steady bench (13
+        files in key order, 16 in the pool), a batch of 2,000 keys at random took 5 ms searched in every
+        file, nearly all of it in the pool's largest, and 2.4 ms so."""
         wanted = np.unique(np.asarray(keys, dtype=np.int64))
         located = {}
         for path, f in sorted(self.files.items(), key=lambda item: item[1].span):
