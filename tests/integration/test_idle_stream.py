@@ -44,8 +44,8 @@ def _until(what: str, seconds: float, check: Any, run: subprocess.Popen[bytes], 
 
 def test_an_idle_stream_says_caught_up_and_a_kill_restarts_at_the_recorded_head(
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
-    # two minutes of quiet on one server a day, twenty seconds on the other
-    idle = 120 if dev_db.server == DAY_SERVER else 20
+    # a minute of quiet (twelve heartbeats) on one server a day, twenty seconds on the other
+    idle = 60 if dev_db.server == DAY_SERVER else 20
     port = dev_db.running_port()
     create_table(port, database, 50)
     with dev_db.connect(database) as conn, conn.cursor() as cur:
