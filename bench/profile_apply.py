@@ -32,6 +32,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness
+
 from binlake.lake import compaction, marked_merge, silver
 from binlake.lake.compaction import compact_silver
 from binlake.lake.key_index import KeyIndex
@@ -49,10 +53,6 @@ CHUNK = 131_072  # rows of a snapshot file at 5M rows (38 files)
 BATCH = 2_000
 FILE_SIZE = 128 * 1024 * 1024  # lake.file-size's default
 AT = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-
-
-def env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name) or default)
 
 
 def rows_of(ids: np.ndarray, seq: np.ndarray, ops: list[str] | np.ndarray, version: int) -> pa.Table:
@@ -100,9 +100,9 @@ def batches(rows: int, count: int) -> list[pa.Table]:
 
 
 def main() -> None:
-    rows = env_int("PROFILE_APPLY_ROWS", 5_000_000)
-    count = env_int("PROFILE_APPLY_BATCHES", 300)
-    warmup = env_int("PROFILE_APPLY_WARMUP", 30)
+    rows = harness.env_int("PROFILE_APPLY_ROWS", 5_000_000)
+    count = harness.env_int("PROFILE_APPLY_BATCHES", 300)
+    warmup = harness.env_int("PROFILE_APPLY_WARMUP", 30)
     if os.environ.get("PROFILE_APPLY_POOL_SHARE"):  # compaction's trigger, to weigh another one
         compaction.POOL_SHARE = float(os.environ["PROFILE_APPLY_POOL_SHARE"])
     work = Path(tempfile.mkdtemp(prefix="binlake-profile-apply-"))
@@ -125,11 +125,11 @@ def main() -> None:
                 apply_cpu += applied - cpu
                 compact_cpu += time.process_time() - applied
                 steps += step is not None
-        changes = count * BATCH
+        timed = count * BATCH
         snapshot = Snapshot.read(location)
         marked = sum(int((a.get("deletionVector") or {}).get("cardinality") or 0) for a in snapshot.files.values())
-        print(f"- apply: {apply_cpu * 1e6 / changes:.2f} CPU s per 1M changes")
-        print(f"- compaction: {compact_cpu * 1e6 / changes:.2f} CPU s per 1M changes ({steps} steps)")
+        print(f"- apply: {apply_cpu * 1e6 / timed:.2f} CPU s per 1M changes")
+        print(f"- compaction: {compact_cpu * 1e6 / timed:.2f} CPU s per 1M changes ({steps} steps)")
         print(f"- silver at the end: {len(snapshot.files)} live files, {marked:,} rows marked")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -63,17 +63,17 @@ def test_a_batch_s_keys_are_found_in_whichever_file_holds_them_live() -> None:
     rng = np.random.default_rng(11)
     for _ in range(50):
         keys = np.arange(0, 3000, dtype=np.int64)
-        where = {int(k): ("r", int(k)) for k in keys}  # key -> (file, row): its live row
+        where = {int(k): (f"r{k // 1000}", int(k) % 1000) for k in keys}  # key -> (file, row): its live row
         files: dict[str, list[int]] = {f"r{i}": list(range(i * 1000, (i + 1) * 1000)) for i in range(3)}
         dead: dict[str, set[int]] = {p: set() for p in files}
         for j in range(int(rng.integers(1, 6))):  # pool files, each moving keys at random into it
             moved = sorted(set(rng.choice(keys, int(rng.integers(1, 400))).tolist()))
             name = f"p{j}"
-            for row, k in enumerate(moved):
-                old = where[k]
-                dead[old[0] if old[0] != "r" else f"r{k // 1000}"].add(old[1] if old[0] != "r" else k % 1000)
-                where[k] = (name, row)
             files[name], dead[name] = moved, set()
+            for row, k in enumerate(moved):
+                old_file, old_row = where[k]
+                dead[old_file].add(old_row)
+                where[k] = (name, row)
         index = KeyIndex("id")
         for name, held in files.items():
             index.files[name] = _held(np.array(held, np.int64), np.array(sorted(dead[name]), np.int64))
@@ -81,8 +81,7 @@ def test_a_batch_s_keys_are_found_in_whichever_file_holds_them_live() -> None:
         located = index.locate(wanted)
         expected: dict[str, list[int]] = {}
         for k in wanted.tolist():
-            if 0 <= k < 3000:
+            if k in where:
                 name, row = where[k]
-                name, row = (f"r{k // 1000}", k % 1000) if name == "r" else (name, row)
                 expected.setdefault(name, []).append(row)
         assert {p: sorted(r.tolist()) for p, r in located.items()} == {p: sorted(r) for p, r in expected.items()}
