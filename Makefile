@@ -7,7 +7,7 @@ setup:
 setup-cluster: setup
 	@bash scripts/setup_cluster.sh
 
-# every test on both servers, the slow ones in turns of five days (tests/conftest.py says why), in two processes
+# every test on both servers, the slow ones in turns of seven days (tests/conftest.py says why), in two processes
 # (much of a test is waiting for a server, a JVM or a catch-up, so two share the two cores well)
 test: setup
 	.venv/bin/python -m pytest -q -n 2 --dist worksteal --durations=30 --ignore=tests/cluster tests

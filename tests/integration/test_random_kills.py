@@ -4,8 +4,8 @@ the writers stop and one run catches up, silver equals the source.
 
 The kill times come from a seeded generator and are printed with any failure (and kept in
 `kills.log` in the test's folder), so a failing sequence can be replayed: BINLAKE_KILL_SEED=<seed>.
-`make test` runs BINLAKE_KILLS=20 on one server a day (tests/conftest.py's DAY_SERVER: MariaDB and
-MySQL in turn, five days each); BINLAKE_KILL_SERVERS=mariadb,mysql runs both, and `make soak` runs 200
+`make test` runs BINLAKE_KILLS=12 on one server a day (tests/conftest.py's DAY_SERVER: MariaDB and
+MySQL in turn, seven days each); BINLAKE_KILL_SERVERS=mariadb,mysql runs both, and `make soak` runs 200
 kills on each.
 """
 
@@ -30,7 +30,7 @@ from ..conftest import SERVERS, SLOW_SERVERS
 from .workload import (BINLAKE, CLI_ENV, ROOT, ReconnectingWriters, bronze_duplicates, create_table, silver_rows,
                        source_rows, write_config)
 
-KILLS = int(os.environ.get("BINLAKE_KILLS", "20"))
+KILLS = int(os.environ.get("BINLAKE_KILLS", "12"))
 ROWS = 20_000
 DDL_AT, RESTART_AT = KILLS // 3, (2 * KILLS) // 3
 

@@ -75,7 +75,8 @@ def wait_for(what: str, done: Callable[[], bool], run: subprocess.Popen[str], ti
         if run.poll() is not None:
             raise AssertionError(f"the run ended (rc {run.returncode}) before {what}: {run.stderr.read()[-3000:]}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            os.killpg(run.pid, signal.SIGKILL)  # what it said is read once it has ended
+            raise AssertionError(f"timed out waiting for {what}; the run said: {run.communicate()[1][-3000:]}")
         time.sleep(0.5)
 
 

@@ -112,4 +112,17 @@ def test_a_quiet_source_s_first_batch_is_committed_empty_as_spark_s_batch_0(dev_
     again = run_cli("run", "-c", str(cfg), "--until-caught-up")
     assert again.returncode == 0, again.stderr[-2000:]
     assert [n for n, _ in _offsets(checkpoint)] == [0, 1] and committed_offset(str(checkpoint)) == moved
+
+    # a batch planned empty and not committed: Spark's query, stopped once it had reached its target,
+    # planned one more, to the same position under another reading of the server's start time
+    lines = (checkpoint / "offsets" / "1").read_text().splitlines()
+    twin = {**json.loads(lines[-1]), "started": json.loads(lines[-1])["started"] + 1}
+    (checkpoint / "offsets" / "2").write_text("\n".join([*lines[:-1], json.dumps(twin)]))
+    with dev_db.connect(database) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = 'later' WHERE id <= 10")
+        later = binlog_head(conn)
+    past = run_cli("run", "-c", str(cfg), "--until-caught-up", timeout=300)
+    assert past.returncode == 0, past.stderr[-2000:]
+    assert [n for n, _ in _offsets(checkpoint)] == [0, 1, 2, 3] and (checkpoint / "commits" / "2").exists()
+    assert committed_offset(str(checkpoint)) == later
     assert silver_rows(spark, Target.of(load(cfg)).silver(f"{database}.t").location) == source_rows(port, database)

@@ -94,7 +94,12 @@ class BinlogReader:
                     offset["lineage"] = {k: v for k, v in watch.lineage.to_dict().items() if k != "files"}
             return offset
 
-        self.last = self._retrying(params, "asking for the binlog head", head_now)
+        offset = self._retrying(params, "asking for the binlog head", head_now)
+        # nothing new: the start itself, not its twin with another server start time (each reader's
+        # look at `now - Uptime` wobbles by a second), which Spark would take for data and plan a batch of
+        if base is not None and BinlogPosition.from_dict(offset) == BinlogPosition.from_dict(base):
+            offset = base
+        self.last = offset
         return self.last
 
     def _retrying(self, params: dict[str, Any], what: str, call: Any) -> Any:

@@ -90,8 +90,10 @@ class StreamLoop:
             found = BinlogPosition.from_dict(end) > BinlogPosition.from_dict(begin)
             metrics.found(found)
             # a checkpoint's first batch is committed even when empty, as Spark's query runs its batch 0:
-            # the checkpoint then holds where the stream stands from the start, on a quiet source too
-            if found or batch_id == 0:
+            # the checkpoint then holds where the stream stands from the start, on a quiet source too; and
+            # so is a batch planned empty (by Spark's query, stopped before its commit), as Spark would
+            # replay it: else it would stay planned, and the stream never pass it
+            if found or batch_id == 0 or planned is not None:
                 if planned is None:
                     checkpoint.plan_batch(self.files, batch_id, end, lambda: checkpoint.query_conf(self.ctx.session()))
                 if found and not self._holdable(begin, end):
