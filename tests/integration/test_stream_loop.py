@@ -116,7 +116,8 @@ def test_a_quiet_source_s_first_batch_is_committed_empty_as_spark_s_batch_0(dev_
     # a batch planned empty and not committed: Spark's query, stopped once it had reached its target,
     # planned one more, to the same position under another reading of the server's start time
     lines = (checkpoint / "offsets" / "1").read_text().splitlines()
-    twin = {**json.loads(lines[-1]), "started": json.loads(lines[-1])["started"] + 1}
+    end = json.loads(lines[-1])
+    twin = {**end, "started": end["started"] + 1}
     (checkpoint / "offsets" / "2").write_text("\n".join([*lines[:-1], json.dumps(twin)]))
     with dev_db.connect(database) as conn, conn.cursor() as cur:
         cur.execute("UPDATE t SET v = 'later' WHERE id <= 10")

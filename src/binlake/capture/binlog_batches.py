@@ -96,7 +96,8 @@ class BinlogReader:
 
         offset = self._retrying(params, "asking for the binlog head", head_now)
         # nothing new: the start itself, not its twin with another server start time (each reader's
-        # look at `now - Uptime` wobbles by a second), which Spark would take for data and plan a batch of
+        # look at `now - Uptime` wobbles by a second), which Spark would take for new data and plan an
+        # empty batch to
         if base is not None and BinlogPosition.from_dict(offset) == BinlogPosition.from_dict(base):
             offset = base
         self.last = offset
