@@ -32,13 +32,26 @@ def test_positions_round_trip(rows: list[int]) -> None:
     assert dv.deserialize(data).tolist() == sorted(set(rows))
 
 
-def test_a_dvs_rows_united_with_a_batchs_are_both_sets_sorted() -> None:
+def test_marks_united_with_a_batchs_rows_are_both_sets_and_serialize_as_their_positions() -> None:
+    """A DV's marks as a bitset (what a marked batch unites and writes): the union, the rows new in it,
+    which rows are marked, and the same bytes as the positions' own serialization."""
     rng = np.random.default_rng(3)
     for _ in range(300):
-        old = dv.positions(rng.integers(0, 5_000, int(rng.integers(0, 400))))
-        more = rng.integers(0, 5_000, int(rng.integers(0, 60)))  # some already in `old`, some repeated
-        assert dv.united(old, more).tolist() == sorted(set(old.tolist()) | set(more.tolist()))
-    assert dv.united(dv.positions(EDGES[:-1]), [EDGES[-1], 2]).tolist() == sorted({*EDGES, 2})
+        span = int(rng.choice([5_000, 70_000, 300_000]))
+        old = dv.positions(rng.integers(0, span, int(rng.integers(0, span * rng.choice([0.001, 0.1, 0.5])))))
+        more = rng.integers(0, span + 100, int(rng.integers(0, 600)))  # some already in `old`, some repeated
+        marks, fresh = dv.Marks.of(old).united(more)
+        union = sorted(set(old.tolist()) | set(more.tolist()))
+        assert marks.rows().tolist() == union and marks.count == len(union) and fresh == len(union) - old.size
+        asked = rng.integers(0, span + 200, 500)
+        assert marks.holds(asked).tolist() == [int(a) in set(union) for a in asked]
+        assert np.flatnonzero(~marks.unmarked(span + 100)).tolist() == union
+        assert dv.serialize(marks) == dv.serialize(union)
+    edges = [e for e in EDGES if e < 2**32]
+    assert dv.serialize(dv.Marks.of(edges)) == dv.serialize(edges)
+    assert dv.Marks.of(edges).united([2, 65_536])[1] == 1
+    with pytest.raises(ValueError, match="2\\^32 rows"):
+        dv.Marks.of([2**32])
 
 
 def test_the_layout_byte_by_byte() -> None:

@@ -203,5 +203,5 @@ def test_the_index_a_marked_batch_keeps_equals_one_read_from_the_files(tmp_path:
         assert held.keys.tolist() == fresh.keys.tolist(), path
         assert (held.rows is None) == (fresh.rows is None) and (held.rows is None or
                                                                 held.rows.tolist() == fresh.rows.tolist())
-        assert held.marked.tolist() == fresh.marked.tolist() and held.distinct == fresh.distinct
+        assert held.marked.rows().tolist() == fresh.marked.rows().tolist() and held.distinct == fresh.distinct
     assert sorted(int(k) for f in kept.files.values() for k in f.keys[f.live]) == sorted(expected)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from binlake.lake.deletion_vectors import positions
+from binlake.lake.deletion_vectors import Marks
 from binlake.lake.key_index import FileKeys, KeyIndex
 
 
@@ -18,7 +18,7 @@ def _held(file_keys: np.ndarray, marked: np.ndarray) -> FileKeys:
         rows = np.argsort(keys, kind="stable").astype(np.int64)
         keys = keys[rows]
     distinct = keys.size < 2 or bool(np.all(keys[1:] != keys[:-1]))
-    return FileKeys(keys, rows, positions(marked), None, distinct)
+    return FileKeys(keys, rows, Marks.of(marked), None, distinct)
 
 
 def _scanned(file_keys: np.ndarray, marked: np.ndarray, wanted: np.ndarray) -> list[int]:

@@ -207,7 +207,7 @@ def _range_step(snapshot: Snapshot, key: str, pool: set[str], file_size: int, in
     commit(snapshot, marks, adds, operation="OPTIMIZE", parameters={"predicate": f"key range of {key}"},
            data_change=False)
     removed = len(files) + sum(
-        1 for p, r in taken.items() if r.size + snapshot.deleted(p).size >= snapshot.num_records(p))
+        1 for p, r in taken.items() if r.size + snapshot.marks(p).count >= snapshot.num_records(p))
     return Step(snapshot.location, time.time(), removed, len(adds), round(time.monotonic() - began, 3))
 
 
@@ -268,11 +268,9 @@ def _live_rows(snapshot: Snapshot, path: str, rows: Any) -> Any:
     with pq.ParquetFile(data_path(snapshot.location, path)) as file:  # no dataset: see key_index._read
         table = _plain_types(file.read(columns=list(names)))
     if rows is None:
-        marked = snapshot.deleted(path)
-        if marked.size:  # a file with no DV (bronze's are all so) is taken as it was read, not copied
-            keep = np.ones(table.num_rows, np.bool_)
-            keep[marked.astype(np.int64)] = False
-            table = table.filter(pa.array(keep))
+        marks = snapshot.marks(path)
+        if marks.count:  # a file with no DV (bronze's are all so) is taken as it was read, not copied
+            table = table.filter(pa.array(marks.unmarked(table.num_rows)))
     else:
         table = table.take(pa.array(rows, pa.int64()))
     return table.rename_columns([names[n] for n in table.column_names])

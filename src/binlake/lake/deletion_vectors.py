@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 from urllib.parse import unquote, urlparse
 
 import numpy as np
@@ -84,19 +84,87 @@ def positions(values: Iterable[int] | npt.ArrayLike) -> Positions:
     return array[np.concatenate([[True], array[1:] != array[:-1]])] if array.size else array
 
 
-def united(rows: Positions, more: Iterable[int] | npt.ArrayLike) -> Positions:
-    """The sorted distinct row positions `rows` with `more`'s: those not already there put in their
-    places, in one pass over `rows` rather than a sort of both (a batch adds a few to a DV's many)."""
-    more = positions(more)
-    fresh = more[missing(rows, more)]
-    return np.insert(rows, np.searchsorted(rows, fresh), fresh) if fresh.size else rows
+class Marks:
+    """The rows of one data file a DV marks, as a bitset: row r is bit r % 8 of byte r // 8 (`bits`,
+    read-only), `count` of them set. A marked batch unites a few thousand new rows with every marked
+    file's DV and writes each whole again, a million rows and more at every batch on a 5M-row silver
+    under random updates; held as sorted positions, each batch's union and serialization made passes
+    over 8 bytes per marked row (a third of silver's apply), where the bitset holds a bit per row of
+    the file, and a Roaring bitmap container is its 8,192 bytes as they are.
+
+    Worked example: rows {3, 4, 11} are bits 0b00011000 and 0b00001000, count 3; united with {4, 9} they
+    are 0b00011000 and 0b00001010, count 4 (one new)."""
+
+    __slots__ = ("bits", "count")
+
+    def __init__(self, bits: npt.NDArray[np.uint8], count: int) -> None:
+        bits.flags.writeable = False
+        self.bits, self.count = bits, count
+
+    @classmethod
+    def of(cls, rows: Iterable[int] | npt.ArrayLike) -> Marks:
+        """The marks of the row positions `rows`, a data file's: fewer than 2^32 (Parquet's row groups
+        count their rows in 64 bits, but no writer makes a file of four billion rows; a bitset that wide
+        would take 512 MB)."""
+        rows = positions(rows)
+        if rows.size and rows[-1] >> np.uint64(32):
+            raise ValueError(f"row position {int(rows[-1])} is past the 2^32 rows of a data file taken here")
+        return cls(np.zeros(0, np.uint8), 0).united(rows)[0]
+
+    @property
+    def size(self) -> int:
+        return self.count
+
+    def rows(self) -> Positions:
+        """The marked rows, sorted."""
+        return np.flatnonzero(np.unpackbits(self.bits, bitorder="little")).astype(np.uint64)
+
+    def holds(self, rows: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+        """Which of the row positions `rows` are marked."""
+        rows = np.asarray(rows).astype(np.uint64, copy=False)
+        byte = (rows >> np.uint64(3)).astype(np.intp)
+        inside = byte < self.bits.size
+        held = np.zeros(rows.size, np.bool_)
+        held[inside] = (self.bits[byte[inside]] >> (rows[inside] & np.uint64(7)).astype(np.uint8)) & 1 == 1
+        return held
+
+    def united(self, rows: Iterable[int] | npt.ArrayLike) -> tuple[Marks, int]:
+        """These marks with the row positions `rows`', and how many of those were not marked yet (none:
+        these marks themselves)."""
+        rows = positions(rows)
+        fresh = rows[~self.holds(rows)]
+        if not fresh.size:
+            return self, 0
+        byte = (fresh >> np.uint64(3)).astype(np.intp)
+        bits = np.zeros(max(self.bits.size, int(byte[-1]) + 1), np.uint8)
+        bits[:self.bits.size] = self.bits
+        starts = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
+        # the rows of one byte are distinct bits, so their sum is their union
+        bits[byte[starts]] |= np.add.reduceat(np.left_shift(1, fresh & np.uint64(7)).astype(np.uint8), starts)
+        return Marks(bits, self.count + int(fresh.size)), int(fresh.size)
+
+    def unmarked(self, records: int) -> npt.NDArray[np.bool_]:
+        """Which of a file's `records` rows are not marked."""
+        return ~np.unpackbits(self.bits, count=records, bitorder="little").view(np.bool_)
 
 
-def missing(rows: Positions, values: Positions) -> npt.NDArray[np.bool_]:
-    """Which of the row positions `values` the sorted distinct `rows` do not hold."""
-    if not rows.size:
-        return np.ones(values.size, np.bool_)
-    return rows[np.minimum(np.searchsorted(rows, values), rows.size - 1)] != values
+NO_MARKS = Marks(np.zeros(0, np.uint8), 0)
+
+
+def serialize(rows: Iterable[int] | npt.ArrayLike | Marks) -> bytes:
+    """The RoaringBitmapArray of `rows` (marks, or row positions; portable format, with Delta's magic)."""
+    if isinstance(rows, Marks):  # one bucket: a data file's rows are fewer than 2^32 (see Marks.of)
+        buckets = [(0, _marked32(rows.bits))] if rows.count else []
+    else:
+        rows = positions(rows)
+        if rows.size and rows[-1] >> np.uint64(63):  # Delta keeps a bucket key's top bit 0 (Java reads it signed)
+            raise ValueError(f"row position {int(rows[-1])} is past Delta's largest")
+        keys, starts, _ = _groups((rows >> np.uint64(32)).astype(np.uint32))
+        buckets = [(key, _positions32(rows[begin:end])) for key, begin, end in zip(keys, starts, [*starts[1:], rows.size])]
+    parts = [np.array([MAGIC], "<u4").tobytes(), np.array([len(buckets)], "<u8").tobytes()]
+    for key, data in buckets:
+        parts += [np.array([key], "<u4").tobytes(), data]
+    return b"".join(parts)
 
 
 def _groups(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.intp], npt.NDArray[np.intp]]:
@@ -105,34 +173,9 @@ def _groups(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.in
     return keys[starts], starts, np.diff(np.append(starts, keys.size))
 
 
-def serialize(rows: Iterable[int] | npt.ArrayLike) -> bytes:
-    """The RoaringBitmapArray of the row positions `rows` (portable format, with Delta's magic)."""
-    return _serialize(positions(rows))
-
-
-def _serialize(rows: Positions) -> bytes:
-    """`serialize` of `rows`, already sorted distinct positions. Each pass over them counts: a marked
-    batch writes every marked file's DV again whole, about a million positions a batch on a 5M-row
-    silver under random updates, so the containers are found by a search for their bounds and the
-    values cast once, not grouped value by value."""
-    if rows.size and rows[-1] >> np.uint64(63):  # Delta keeps a bucket key's top bit 0 (Java reads it signed)
-        raise ValueError(f"row position {int(rows[-1])} is past Delta's largest")
-    if not rows.size:
-        buckets = []
-    elif rows[-1] >> np.uint64(32) == 0:  # one bucket: every file of fewer than 2^32 rows
-        buckets = [(0, rows)]
-    else:
-        keys, starts, _ = _groups((rows >> np.uint64(32)).astype(np.uint32))
-        buckets = [(key, rows[begin:end]) for key, begin, end in zip(keys, starts, [*starts[1:], rows.size])]
-    parts = [np.array([MAGIC], "<u4").tobytes(), np.array([len(buckets)], "<u8").tobytes()]
-    for key, low in buckets:
-        parts += [np.array([key], "<u4").tobytes(), _serialize32(low)]
-    return b"".join(parts)
-
-
-def _serialize32(rows: Positions) -> bytes:
-    """The standard serialization of a 32-bit Roaring bitmap of the sorted distinct positions `rows`
-    (one bucket's: their low 32 bits): array containers up to 4,096 values, bitmap containers above."""
+def _positions32(rows: Positions) -> bytes:
+    """The 32-bit Roaring bitmap of the sorted distinct positions `rows` (one bucket's: their low 32
+    bits), its containers found by a search for their bounds."""
     first, last = int(rows[0] >> np.uint64(16)) & 0xFFFF, int(rows[-1] >> np.uint64(16)) & 0xFFFF
     base = int(rows[0]) & ~0xFFFFFFFF
     bounds = np.searchsorted(rows, (base + (np.arange(first, last + 2, dtype=np.uint64) << np.uint64(16))))
@@ -140,14 +183,60 @@ def _serialize32(rows: Positions) -> bytes:
     held = np.flatnonzero(counts)
     keys, starts, counts = np.arange(first, last + 1)[held], bounds[:-1][held], counts[held]
     low = rows.astype("<u2")  # the low 16 bits (a cast wraps)
-    bodies, at = [], 0
-    for i in np.flatnonzero(counts > _ARRAY_MOST).tolist():  # a bitmap container; the arrays before it, whole
-        bodies.append(low[at:starts[i]].tobytes())
-        bits = np.zeros(1 << 16, np.bool_)
-        bits[low[starts[i]:starts[i] + counts[i]]] = True
-        bodies.append(np.packbits(bits, bitorder="little").tobytes())  # 1,024 little-endian words
-        at = int(starts[i] + counts[i])
-    bodies.append(low[at:].tobytes())
+    bodies = []
+    for start, count in zip(starts.tolist(), counts.tolist()):
+        if count > _ARRAY_MOST:
+            bits = np.zeros(1 << 16, np.bool_)
+            bits[low[start:start + count]] = True
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())  # 1,024 little-endian words
+        else:
+            bodies.append(low[start:start + count].tobytes())
+    return _bitmap32(keys, counts, bodies)
+
+
+def _marked32(bits: npt.NDArray[np.uint8]) -> bytes:
+    """The 32-bit Roaring bitmap of the rows set in `bits` (a Marks' bitset): a container per 65,536
+    rows with any set, whose bitmap container, when it is one, is those rows' 8,192 bytes as they are."""
+    chunks = np.pad(bits, (0, -bits.size % 8192)).reshape(-1, 8192)
+    counts = np.bitwise_count(chunks.view("<u8")).sum(axis=1, dtype=np.int64)
+    keys = np.flatnonzero(counts)
+    counts = counts[keys]
+    dense = counts > _ARRAY_MOST
+    lows = _set_bits(chunks[keys[~dense]].view("<u8").ravel()).astype("<u2")  # wraps to the low 16 bits
+    ends = np.cumsum(counts[~dense]).tolist()
+    bodies, at, array = [], 0, 0
+    for key, is_dense in zip(keys.tolist(), dense.tolist()):
+        if is_dense:
+            bodies.append(chunks[key].tobytes())
+        else:
+            bodies.append(lows[at:ends[array]].tobytes())
+            at, array = ends[array], array + 1
+    return _bitmap32(keys, counts, bodies)
+
+
+def _set_bits(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
+    """The places of the bits set in the 64-bit `words`, in order: each word's lowest set bit taken off
+    in turns, into the word's next slot of the answer, as many turns as a word has bits. An array
+    container's chunk is sparse (at most 4,096 of its 65,536 rows), most of its words empty or of a bit
+    or two: unpacking every bit of them was ten times slower than marks held as positions."""
+    at = np.flatnonzero(words)
+    words = words[at]
+    counts = np.bitwise_count(words).astype(np.int64)
+    slots = np.cumsum(counts) - counts
+    out = np.empty(int(counts.sum()), np.int64)
+    while at.size:
+        lowest = words & (~words + np.uint64(1))
+        out[slots] = at * 64 + np.bitwise_count(lowest - np.uint64(1))
+        words, slots = words & (words - np.uint64(1)), slots + 1
+        more = words != 0
+        at, words, slots = at[more], words[more], slots[more]
+    return out
+
+
+def _bitmap32(keys: npt.NDArray[Any], counts: npt.NDArray[np.int64], bodies: list[bytes]) -> bytes:
+    """The standard serialization of a 32-bit Roaring bitmap of the containers at the 16-bit `keys`,
+    holding `counts` values each, whose bodies (arrays of 16-bit values, or 8,192-byte bitmaps above
+    4,096 values) are `bodies`: no run containers."""
     sizes = np.where(counts > _ARRAY_MOST, 8192, 2 * counts).astype(np.int64)
     header = 8 + 8 * len(keys)
     offsets = header + np.concatenate([[0], np.cumsum(sizes[:-1], dtype=np.int64)])
@@ -270,20 +359,18 @@ class Descriptor:
         return Path(location) / prefix / f"deletion_vector_{uuid.UUID(bytes=z85_decode(encoded))}.bin"
 
 
-def write_file(location: str | Path, bitmaps: Sequence[Iterable[int] | npt.ArrayLike],
-               prefix: str = "", checked: bool = False) -> list[Descriptor]:
-    """Write the DVs of `bitmaps` (row positions each) to one new DV file of the table at `location`
-    (in its folder `prefix`, if one is given): a descriptor for each. With `checked`, the bitmaps are
-    sorted distinct positions already (`united`'s answers), not looked over again: a batch writes
-    every marked file's DV whole, a million positions and more on a 5M-row silver."""
+def write_file(location: str | Path, bitmaps: Sequence[Marks | Iterable[int] | npt.ArrayLike],
+               prefix: str = "") -> list[Descriptor]:
+    """Write the DVs of `bitmaps` (marks, or row positions, each) to one new DV file of the table at
+    `location` (in its folder `prefix`, if one is given): a descriptor for each."""
     file_id = prefix + z85_encode(uuid.uuid4().bytes)
     descriptors, parts, at, kept = [], [bytes([FILE_VERSION])], 1, []
     for given in bitmaps:
-        rows = cast(Positions, given) if checked else positions(given)
-        kept.append(rows)
-        data = _serialize(rows)
+        marks = given if isinstance(given, Marks) else Marks.of(given)
+        kept.append(marks)
+        data = serialize(marks)
         parts += [len(data).to_bytes(4, "big"), data, zlib.crc32(data).to_bytes(4, "big")]
-        descriptors.append(Descriptor("u", file_id, len(data), int(rows.size), at))
+        descriptors.append(Descriptor("u", file_id, len(data), marks.count, at))
         at += 8 + len(data)
     if descriptors:
         target = descriptors[0].file(location)
@@ -291,37 +378,37 @@ def write_file(location: str | Path, bitmaps: Sequence[Iterable[int] | npt.Array
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "xb") as f:
             f.write(b"".join(parts))
-        for descriptor, rows in zip(descriptors, kept):
-            _keep(location, descriptor, rows)  # the next read of each (the key index's) is not decoded again
+        for descriptor, marks in zip(descriptors, kept):
+            _DECODED.put(_held(location, descriptor), marks)  # the next read of each (the key index's) is not decoded again
     return descriptors
 
 
-def inline(rows: Iterable[int] | npt.ArrayLike) -> Descriptor:
+def inline(rows: Marks | Iterable[int] | npt.ArrayLike) -> Descriptor:
     """The descriptor of a DV kept inline in the log: its bytes in Z85 (no file, no checksum)."""
-    rows = positions(rows)
-    data = _serialize(rows)
-    return Descriptor("i", z85_encode(data), len(data), int(rows.size))
+    marks = rows if isinstance(rows, Marks) else Marks.of(rows)
+    data = serialize(marks)
+    return Descriptor("i", z85_encode(data), len(data), marks.count)
 
 
 def read(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Positions:
-    """The row positions the DV `descriptor` marks, in the table at `location`; its size, checksum
-    and cardinality checked. A DV is never written twice at one place, so the last few read are kept
-    decoded (read-only): a batch's commit, the key index and compaction each read a file's DV."""
+    """The row positions the DV `descriptor` marks, in the table at `location` (see `read_marks`)."""
+    return read_marks(location, descriptor).rows()
+
+
+def read_marks(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Marks:
+    """The rows the DV `descriptor` marks, in the table at `location`; its size, checksum and
+    cardinality checked. A DV is never written twice at one place, so the last few read are kept
+    decoded: a batch's commit, the key index and compaction each read a file's DV."""
     dv = descriptor if isinstance(descriptor, Descriptor) else Descriptor.from_dict(descriptor)
     held = _DECODED.get(_held(location, dv))
-    return held if held is not None else _keep(location, dv, _read(location, dv))
+    if held is None:
+        held = Marks.of(_read(location, dv))
+        _DECODED.put(_held(location, dv), held)
+    return held
 
 
 def _held(location: str | Path, dv: Descriptor) -> tuple[str, str, str, int | None, int, int]:
     return str(location), dv.storage_type, dv.path_or_inline_dv, dv.offset, dv.size_in_bytes, dv.cardinality
-
-
-def _keep(location: str | Path, dv: Descriptor, rows: Positions) -> Positions:
-    """`rows`, the positions `dv` marks, kept decoded (read-only) for the next read of it."""
-    rows = rows.view()
-    rows.flags.writeable = False
-    _DECODED.put(_held(location, dv), rows)
-    return rows
 
 
 class _Decoded:
@@ -331,23 +418,23 @@ class _Decoded:
 
     def __init__(self, most: int) -> None:
         self.most, self.nbytes = most, 0
-        self.rows: OrderedDict[tuple[str, str, str, int | None, int, int], Positions] = OrderedDict()
+        self.rows: OrderedDict[tuple[str, str, str, int | None, int, int], Marks] = OrderedDict()
         self.lock = threading.Lock()
 
-    def get(self, key: tuple[str, str, str, int | None, int, int]) -> Positions | None:
+    def get(self, key: tuple[str, str, str, int | None, int, int]) -> Marks | None:
         with self.lock:
             held = self.rows.get(key)
             if held is not None:
                 self.rows.move_to_end(key)
             return held
 
-    def put(self, key: tuple[str, str, str, int | None, int, int], rows: Positions) -> None:
+    def put(self, key: tuple[str, str, str, int | None, int, int], marks: Marks) -> None:
         with self.lock:
             old = self.rows.pop(key, None)
-            self.nbytes += rows.nbytes - (0 if old is None else old.nbytes)
-            self.rows[key] = rows
+            self.nbytes += marks.bits.nbytes - (0 if old is None else old.bits.nbytes)
+            self.rows[key] = marks
             while len(self.rows) > 1 and self.nbytes > self.most:
-                self.nbytes -= self.rows.popitem(last=False)[1].nbytes
+                self.nbytes -= self.rows.popitem(last=False)[1].bits.nbytes
 
     def clear(self) -> None:
         with self.lock:
@@ -355,7 +442,7 @@ class _Decoded:
             self.nbytes = 0
 
 
-# the DVs read last, kept decoded (see read)
+# the DVs read last, kept decoded (see read_marks)
 _DECODED = _Decoded(64 * 1024 * 1024)
 
 

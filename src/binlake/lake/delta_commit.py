@@ -26,7 +26,7 @@ from typing import Any
 import numpy.typing as npt
 
 from binlake.errors import RuntimeFailure
-from binlake.lake.deletion_vectors import inline, positions, united, write_file
+from binlake.lake.deletion_vectors import inline, positions, write_file
 from binlake.lake.table_log import LOG, Snapshot, stated_records
 
 # the writer features of a table this module commits to correctly
@@ -105,19 +105,18 @@ def commit(snapshot: Snapshot, deletions: Mapping[str, Iterable[int] | npt.Array
         records = snapshot.num_records(path)
         if new.size and new[-1] >= records:
             raise ValueError(f"row {int(new[-1])} is past the {records} rows of {path}")
-        old = snapshot.deleted(path)
-        rows = united(old, new)
-        if rows.size == old.size:
+        rows, fresh = snapshot.marks(path).united(new)
+        if not fresh:
             continue
-        marked += int(rows.size - old.size)
+        marked += fresh
         removes.append({**_remove(add, now), "dataChange": data_change})
-        if rows.size < records:
+        if rows.count < records:
             readds.append({**add, "dataChange": data_change, "stats": _loosened(add.get("stats") or "{}", records)})
             bitmaps.append(rows)
     if not removes and not adds:
         return snapshot.version
     _check_writable(snapshot, with_dvs=bool(readds))
-    stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix, checked=True)
+    stored = [inline(b) for b in bitmaps] if inline_dvs else write_file(snapshot.location, bitmaps, prefix)
     for readd, dv in zip(readds, stored):
         readd["deletionVector"] = dv.to_dict()
     info = {"timestamp": now, "operation": operation, "operationParameters": dict(parameters or {}),

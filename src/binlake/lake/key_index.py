@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from binlake.lake.deletion_vectors import Positions, missing
+from binlake.lake.deletion_vectors import NO_MARKS, Marks
 from binlake.lake.table_log import Snapshot, data_path
 
 
@@ -46,10 +46,10 @@ class FileKeys:
 
     keys: npt.NDArray[np.int64]
     rows: npt.NDArray[np.int64] | None
-    # the rows the file's DV marks, sorted (as the DV cache holds them: a batch's own DVs are never
-    # decoded); a key's row is looked up in them only when a batch finds it, so a changed DV costs
-    # nothing here, where a mask of the file's live rows cost a pass over the file at each change
-    marked: Positions
+    # the rows the file's DV marks (as the DV cache holds them: a batch's own DVs are never decoded); a
+    # key's row is looked up in them only when a batch finds it, so a changed DV costs nothing here,
+    # where a mask of the file's live rows cost a pass over the file at each change
+    marked: Marks
     dv: dict[str, Any] | None  # the DV `marked` was read from (its descriptor; None for none)
     distinct: bool = True  # no key twice in the file (as binlake writes silver's files)
 
@@ -83,7 +83,7 @@ class FileKeys:
 
     def unmarked(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """Which of the file's `rows` its DV leaves live."""
-        return missing(self.marked, rows.astype(np.uint64))
+        return ~self.marked.holds(rows)
 
     @property
     def live(self) -> npt.NDArray[np.bool_]:
@@ -120,14 +120,14 @@ class KeyIndex:
             if known is None:
                 self.files[path] = _read(snapshot, path, physical)
             elif known.dv != dv:
-                known.marked, known.dv = snapshot.deleted(path), dv
+                known.marked, known.dv = snapshot.marks(path), dv
         self.version = snapshot.version
 
     def learn(self, path: str, keys: npt.NDArray[np.int64]) -> None:
         """The keys of a data file this process has just committed, in its row order: the next `sync`
         takes them as they are instead of reading the file back (a marked batch's file, at every batch)."""
         ordered, rows, distinct = _sorted(keys)
-        self.files[path] = FileKeys(ordered, rows, np.empty(0, np.uint64), None, distinct)
+        self.files[path] = FileKeys(ordered, rows, NO_MARKS, None, distinct)
 
     def locate(self, keys: npt.ArrayLike) -> dict[str, npt.NDArray[np.int64]]:
         """The live rows holding `keys`, by file: {path: row positions}, only files with some.
@@ -151,7 +151,7 @@ class KeyIndex:
 
     def rows(self) -> int:
         """The live rows the index holds."""
-        return int(sum(f.keys.size - f.marked.size for f in self.files.values()))
+        return int(sum(f.keys.size - f.marked.count for f in self.files.values()))
 
 
 def _read(snapshot: Snapshot, path: str, physical: str) -> FileKeys:
@@ -162,7 +162,7 @@ def _read(snapshot: Snapshot, path: str, physical: str) -> FileKeys:
     with pq.ParquetFile(data_path(snapshot.location, path)) as file:
         column = file.read(columns=[physical]).column(0)
     keys, rows, distinct = _sorted(column.to_numpy(zero_copy_only=False))
-    return FileKeys(keys, rows, snapshot.deleted(path), snapshot.files[path].get("deletionVector"), distinct)
+    return FileKeys(keys, rows, snapshot.marks(path), snapshot.files[path].get("deletionVector"), distinct)
 
 
 def _sorted(values: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None, bool]:

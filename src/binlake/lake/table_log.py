@@ -30,9 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import numpy as np
-
-from binlake.lake.deletion_vectors import Descriptor, Positions, read
+from binlake.lake.deletion_vectors import NO_MARKS, Descriptor, Marks, Positions, read_marks
 
 LOG = "_delta_log"
 # the newest Snapshot this process read of each table, by location: the next read starts from it
@@ -97,9 +95,13 @@ class Snapshot:
         return _kept(Snapshot(self.location, version, protocol, metadata, files, tip))
 
     def deleted(self, path: str) -> Positions:
-        """The rows of the live file `path` its DV marks deleted (none without one)."""
+        """The rows of the live file `path` its DV marks deleted, sorted (none without one)."""
+        return self.marks(path).rows()
+
+    def marks(self, path: str) -> Marks:
+        """The rows of the live file `path` its DV marks deleted, as a bitset (none without one)."""
         dv = self.files[path].get("deletionVector")
-        return read(self.location, dv) if dv else np.empty(0, np.uint64)
+        return read_marks(self.location, dv) if dv else NO_MARKS
 
     @property
     def physical_names(self) -> dict[str, str]:
