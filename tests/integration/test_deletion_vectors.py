@@ -47,6 +47,11 @@ def test_marks_united_with_a_batchs_rows_are_both_sets_and_serialize_as_their_po
         assert marks.holds(asked).tolist() == [int(a) in set(union) for a in asked]
         assert np.flatnonzero(~marks.unmarked(span + 100)).tolist() == union
         assert dv.serialize(marks) == dv.serialize(union)
+    crossing = dv.Marks.of(range(0, 8_190, 2))  # a chunk of 4,095 rows (an array container), then 4,105
+    for more in ([8_190], range(8_192, 8_212, 2)):
+        crossing, _ = crossing.united(more)
+        assert dv.serialize(crossing) == dv.serialize(crossing.rows())
+    assert len(dv.serialize(crossing)) == 12 + 4 + 8 + 4 + 4 + 8_192  # a bitmap container now
     edges = [e for e in EDGES if e < 2**32]
     assert dv.serialize(dv.Marks.of(edges)) == dv.serialize(edges)
     assert dv.Marks.of(edges).united([2, 65_536])[1] == 1

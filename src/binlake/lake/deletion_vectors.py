@@ -85,21 +85,23 @@ def positions(values: Iterable[int] | npt.ArrayLike) -> Positions:
 
 
 class Marks:
-    """The rows of one data file a DV marks, as a bitset: row r is bit r % 8 of byte r // 8 (`bits`,
-    read-only), `count` of them set. A marked batch unites a few thousand new rows with every marked
-    file's DV and writes each whole again, a million rows and more at every batch on a 5M-row silver
-    under random updates; held as sorted positions, each batch's union and serialization made passes
-    over 8 bytes per marked row (a third of silver's apply), where the bitset holds a bit per row of
-    the file, and a Roaring bitmap container is its 8,192 bytes as they are.
+    """The rows of one data file a DV marks, as a bitset (`bits`, read-only: row r is bit r % 8 of byte
+    r // 8), with the rows of its sparse chunks also sorted (`sparse`). A marked batch unites a few
+    thousand new rows with every marked file's DV and writes each whole again, a million rows and more
+    at every batch on a 5M-row silver under random updates. Roaring's containers are chunks of 65,536
+    rows: one of more than 4,096 marked is a bitmap container, the bitset's 8,192 bytes of it as they
+    are; one of fewer is an array container, its rows' low 16 bits, which the sorted rows of the sparse
+    chunks are. Held as the sorted rows alone, each batch's union copied 8 bytes per marked row and made
+    each bitmap container anew: a third of silver's apply.
 
     Worked example: rows {3, 4, 11} are bits 0b00011000 and 0b00001000, count 3; united with {4, 9} they
-    are 0b00011000 and 0b00001010, count 4 (one new)."""
+    are 0b00011000 and 0b00001010, count 4 (one new), all in chunk 0, which is sparse: {3, 4, 9, 11}."""
 
-    __slots__ = ("bits", "count")
+    __slots__ = ("bits", "count", "sparse")
 
-    def __init__(self, bits: npt.NDArray[np.uint8], count: int) -> None:
-        bits.flags.writeable = False
-        self.bits, self.count = bits, count
+    def __init__(self, bits: npt.NDArray[np.uint8], count: int, sparse: Positions) -> None:
+        bits.flags.writeable = sparse.flags.writeable = False
+        self.bits, self.count, self.sparse = bits, count, sparse
 
     @classmethod
     def of(cls, rows: Iterable[int] | npt.ArrayLike) -> Marks:
@@ -109,11 +111,15 @@ class Marks:
         rows = positions(rows)
         if rows.size and rows[-1] >> np.uint64(32):
             raise ValueError(f"row position {int(rows[-1])} is past the 2^32 rows of a data file taken here")
-        return cls(np.zeros(0, np.uint8), 0).united(rows)[0]
+        return NO_MARKS.united(rows)[0]
 
     @property
     def size(self) -> int:
         return self.count
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.bits.nbytes + self.sparse.nbytes)
 
     def rows(self) -> Positions:
         """The marked rows, sorted."""
@@ -141,26 +147,40 @@ class Marks:
         starts = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
         # the rows of one byte are distinct bits, so their sum is their union
         bits[byte[starts]] |= np.add.reduceat(np.left_shift(1, fresh & np.uint64(7)).astype(np.uint8), starts)
-        return Marks(bits, self.count + int(fresh.size)), int(fresh.size)
+        # the new rows put among the sparse chunks' in their places; those of a chunk now dense taken out
+        sparse = np.insert(self.sparse, np.searchsorted(self.sparse, fresh), fresh)
+        touched = np.unique(fresh >> np.uint64(16)).astype(np.intp)
+        _, counts = _chunks(bits)
+        dense = touched[counts[touched] > _ARRAY_MOST]
+        if dense.size:
+            sparse = sparse[~np.isin((sparse >> np.uint64(16)).astype(np.intp), dense)]
+        return Marks(bits, self.count + int(fresh.size), sparse), int(fresh.size)
 
     def unmarked(self, records: int) -> npt.NDArray[np.bool_]:
         """Which of a file's `records` rows are not marked."""
         return ~np.unpackbits(self.bits, count=records, bitorder="little").view(np.bool_)
 
 
-NO_MARKS = Marks(np.zeros(0, np.uint8), 0)
+def _chunks(bits: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """The bitset `bits` in chunks of 65,536 rows (8,192 bytes each; the last one filled out with zeros),
+    and how many rows of each are set."""
+    chunks = np.pad(bits, (0, -bits.size % 8192)).reshape(-1, 8192)
+    return chunks, np.bitwise_count(chunks.view("<u8")).sum(axis=1, dtype=np.int64)
+
+
+NO_MARKS = Marks(np.zeros(0, np.uint8), 0, np.empty(0, np.uint64))
 
 
 def serialize(rows: Iterable[int] | npt.ArrayLike | Marks) -> bytes:
     """The RoaringBitmapArray of `rows` (marks, or row positions; portable format, with Delta's magic)."""
     if isinstance(rows, Marks):  # one bucket: a data file's rows are fewer than 2^32 (see Marks.of)
-        buckets = [(0, _marked32(rows.bits))] if rows.count else []
+        buckets = [(0, _marked32(rows))] if rows.count else []
     else:
         rows = positions(rows)
         if rows.size and rows[-1] >> np.uint64(63):  # Delta keeps a bucket key's top bit 0 (Java reads it signed)
             raise ValueError(f"row position {int(rows[-1])} is past Delta's largest")
         keys, starts, _ = _groups((rows >> np.uint64(32)).astype(np.uint32))
-        buckets = [(key, _positions32(rows[begin:end])) for key, begin, end in zip(keys, starts, [*starts[1:], rows.size])]
+        buckets = [(key, _serialize32(rows[begin:end])) for key, begin, end in zip(keys, starts, [*starts[1:], rows.size])]
     parts = [np.array([MAGIC], "<u4").tobytes(), np.array([len(buckets)], "<u8").tobytes()]
     for key, data in buckets:
         parts += [np.array([key], "<u4").tobytes(), data]
@@ -173,7 +193,7 @@ def _groups(keys: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], npt.NDArray[np.in
     return keys[starts], starts, np.diff(np.append(starts, keys.size))
 
 
-def _positions32(rows: Positions) -> bytes:
+def _serialize32(rows: Positions) -> bytes:
     """The 32-bit Roaring bitmap of the sorted distinct positions `rows` (one bucket's: their low 32
     bits), its containers found by a search for their bounds."""
     first, last = int(rows[0] >> np.uint64(16)) & 0xFFFF, int(rows[-1] >> np.uint64(16)) & 0xFFFF
@@ -182,61 +202,39 @@ def _positions32(rows: Positions) -> bytes:
     counts = np.diff(bounds)
     held = np.flatnonzero(counts)
     keys, starts, counts = np.arange(first, last + 1)[held], bounds[:-1][held], counts[held]
-    low = rows.astype("<u2")  # the low 16 bits (a cast wraps)
     bodies = []
-    for start, count in zip(starts.tolist(), counts.tolist()):
-        if count > _ARRAY_MOST:
-            bits = np.zeros(1 << 16, np.bool_)
-            bits[low[start:start + count]] = True
-            bodies.append(np.packbits(bits, bitorder="little").tobytes())  # 1,024 little-endian words
+    for key, start, count in zip(keys.tolist(), starts.tolist(), counts.tolist()):
+        if count <= _ARRAY_MOST:
+            bodies.append(rows[start:start + count].astype("<u2").tobytes())  # the low 16 bits (a cast wraps)
         else:
-            bodies.append(low[start:start + count].tobytes())
+            bits = np.zeros(1 << 16, np.bool_)
+            bits[rows[start:start + count].astype(np.uint16)] = True
+            bodies.append(np.packbits(bits, bitorder="little").tobytes())  # 1,024 little-endian words
     return _bitmap32(keys, counts, bodies)
 
 
-def _marked32(bits: npt.NDArray[np.uint8]) -> bytes:
-    """The 32-bit Roaring bitmap of the rows set in `bits` (a Marks' bitset): a container per 65,536
-    rows with any set, whose bitmap container, when it is one, is those rows' 8,192 bytes as they are."""
-    chunks = np.pad(bits, (0, -bits.size % 8192)).reshape(-1, 8192)
-    counts = np.bitwise_count(chunks.view("<u8")).sum(axis=1, dtype=np.int64)
+def _marked32(marks: Marks) -> bytes:
+    """The 32-bit Roaring bitmap of `marks` (bucket 0): its bitmap containers the bitset's chunks as they
+    are, its array containers the sorted rows of its sparse chunks."""
+    chunks, counts = _chunks(marks.bits)
     keys = np.flatnonzero(counts)
     counts = counts[keys]
-    dense = counts > _ARRAY_MOST
-    lows = _set_bits(chunks[keys[~dense]].view("<u8").ravel()).astype("<u2")  # wraps to the low 16 bits
-    ends = np.cumsum(counts[~dense]).tolist()
-    bodies, at, array = [], 0, 0
-    for key, is_dense in zip(keys.tolist(), dense.tolist()):
-        if is_dense:
-            bodies.append(chunks[key].tobytes())
+    sparse = keys[counts <= _ARRAY_MOST].astype(np.uint64) << np.uint64(16)
+    bounds = np.searchsorted(marks.sparse, sparse).tolist()
+    bodies, array = [], 0
+    for key, count in zip(keys.tolist(), counts.tolist()):
+        if count > _ARRAY_MOST:
+            bodies.append(chunks[key].tobytes())  # 1,024 little-endian words
         else:
-            bodies.append(lows[at:ends[array]].tobytes())
-            at, array = ends[array], array + 1
+            at = bounds[array]
+            bodies.append(marks.sparse[at:at + count].astype("<u2").tobytes())  # the low 16 bits (a cast wraps)
+            array += 1
     return _bitmap32(keys, counts, bodies)
-
-
-def _set_bits(words: npt.NDArray[np.uint64]) -> npt.NDArray[np.int64]:
-    """The places of the bits set in the 64-bit `words`, in order: each word's lowest set bit taken off
-    in turns, into the word's next slot of the answer, as many turns as a word has bits. An array
-    container's chunk is sparse (at most 4,096 of its 65,536 rows), most of its words empty or of a bit
-    or two: unpacking every bit of them was ten times slower than marks held as positions."""
-    at = np.flatnonzero(words)
-    words = words[at]
-    counts = np.bitwise_count(words).astype(np.int64)
-    slots = np.cumsum(counts) - counts
-    out = np.empty(int(counts.sum()), np.int64)
-    while at.size:
-        lowest = words & (~words + np.uint64(1))
-        out[slots] = at * 64 + np.bitwise_count(lowest - np.uint64(1))
-        words, slots = words & (words - np.uint64(1)), slots + 1
-        more = words != 0
-        at, words, slots = at[more], words[more], slots[more]
-    return out
 
 
 def _bitmap32(keys: npt.NDArray[Any], counts: npt.NDArray[np.int64], bodies: list[bytes]) -> bytes:
     """The standard serialization of a 32-bit Roaring bitmap of the containers at the 16-bit `keys`,
-    holding `counts` values each, whose bodies (arrays of 16-bit values, or 8,192-byte bitmaps above
-    4,096 values) are `bodies`: no run containers."""
+    holding `counts` values each, whose bodies are `bodies` (no run containers)."""
     sizes = np.where(counts > _ARRAY_MOST, 8192, 2 * counts).astype(np.int64)
     header = 8 + 8 * len(keys)
     offsets = header + np.concatenate([[0], np.cumsum(sizes[:-1], dtype=np.int64)])
@@ -364,11 +362,9 @@ def write_file(location: str | Path, bitmaps: Sequence[Marks | Iterable[int] | n
     """Write the DVs of `bitmaps` (marks, or row positions, each) to one new DV file of the table at
     `location` (in its folder `prefix`, if one is given): a descriptor for each."""
     file_id = prefix + z85_encode(uuid.uuid4().bytes)
-    descriptors, parts, at, kept = [], [bytes([FILE_VERSION])], 1, []
-    for given in bitmaps:
-        marks = given if isinstance(given, Marks) else Marks.of(given)
-        kept.append(marks)
-        data = serialize(marks)
+    descriptors, parts, at = [], [bytes([FILE_VERSION])], 1
+    kept = [given if isinstance(given, Marks) else Marks.of(given) for given in bitmaps]
+    for marks, data in zip(kept, map(serialize, kept)):
         parts += [len(data).to_bytes(4, "big"), data, zlib.crc32(data).to_bytes(4, "big")]
         descriptors.append(Descriptor("u", file_id, len(data), marks.count, at))
         at += 8 + len(data)
@@ -431,10 +427,10 @@ class _Decoded:
     def put(self, key: tuple[str, str, str, int | None, int, int], marks: Marks) -> None:
         with self.lock:
             old = self.rows.pop(key, None)
-            self.nbytes += marks.bits.nbytes - (0 if old is None else old.bits.nbytes)
+            self.nbytes += marks.nbytes - (0 if old is None else old.nbytes)
             self.rows[key] = marks
             while len(self.rows) > 1 and self.nbytes > self.most:
-                self.nbytes -= self.rows.popitem(last=False)[1].bits.nbytes
+                self.nbytes -= self.rows.popitem(last=False)[1].nbytes
 
     def clear(self) -> None:
         with self.lock:
