@@ -9,6 +9,9 @@ import json
 import time
 from pathlib import Path
 
+from binlake.capture.binlog_batches import BinlogReader
+from binlake.capture.context import Context, current_position
+from binlake.capture.stream_query import binlog_job
 from binlake.config import load
 from binlake.lake.checkpoint import committed_offset
 from binlake.lake.target import Target
@@ -127,3 +130,23 @@ def test_a_quiet_source_s_first_batch_is_committed_empty_as_spark_s_batch_0(dev_
     assert [n for n, _ in _offsets(checkpoint)] == [0, 1, 2, 3] and (checkpoint / "commits" / "2").exists()
     assert committed_offset(str(checkpoint)) == later
     assert silver_rows(spark, Target.of(load(cfg)).silver(f"{database}.t").location) == source_rows(port, database)
+
+
+def test_a_reader_asked_for_the_head_of_a_quiet_source_offers_its_start_again(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The loop in the driver and Spark's query each hold a binlog source, and each reads the server's
+    start time as `now - Uptime`, a second apart at times. Asked for the head of a quiet source from an
+    offset another reader made, a reader answers with that offset itself, not a twin of it with its own
+    start time: Spark compares offsets as JSON, and would plan an empty batch to the twin (the stream
+    once stuck behind one, waiting for the batch to find something)."""
+    port = dev_db.running_port()
+    create_table(port, database, 10)
+    ctx = Context(load(write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", 100, 1)))
+    start = current_position(ctx)
+    options = {"job": json.dumps(binlog_job(ctx, ctx.schemas(), {}, start)), "password": ctx.params["password"]}
+    create_table(port, database, 1, table="moved")  # the head moves: the offset to it is a reader's own
+    head = BinlogReader(options).latestOffset(start.to_dict())
+    assert "started" in head and BinlogPosition.from_dict(head) > start, head
+    for wobble in (1, -1):
+        twin = {**head, "started": head["started"] + wobble}  # the other reader's look at the start time
+        assert BinlogReader(options).latestOffset(twin) == twin
+    ctx.release()
