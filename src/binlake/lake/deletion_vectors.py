@@ -114,10 +114,6 @@ class Marks:
         return NO_MARKS.united(rows)[0]
 
     @property
-    def size(self) -> int:
-        return self.count
-
-    @property
     def nbytes(self) -> int:
         return int(self.bits.nbytes + self.sparse.nbytes)
 
