@@ -55,6 +55,7 @@ MAGIC = 1681511377  # RoaringBitmapArray, portable 64-bit format
 FILE_VERSION = 1
 _NO_RUNS, _RUNS = 12346, 12347  # a 32-bit bitmap's cookie: without run containers, with some
 _ARRAY_MOST = 4096  # an array container's most values; a container with more is a bitmap
+_CHUNK_BYTES = 8192  # a container's 65,536 rows, a bit each
 _OFFSETS_FROM = 4  # a bitmap with run containers has an offset header from this many containers on
 Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_VALUE = {c: i for i, c in enumerate(Z85)}
@@ -86,7 +87,7 @@ def positions(values: Iterable[int] | npt.ArrayLike) -> Positions:
 
 class Marks:
     """The rows of one data file a DV marks, as a bitset (`bits`, read-only: row r is bit r % 8 of byte
-    r // 8), with the rows of its sparse chunks also sorted (`sparse`). A marked batch unites a few
+    r // 8, in whole chunks of 65,536 rows), with the rows of its sparse chunks also sorted (`sparse`). A marked batch unites a few
     thousand new rows with every marked file's DV and writes each whole again, a million rows and more
     at every batch on a 5M-row silver under random updates. Roaring's containers are chunks of 65,536
     rows: one of more than 4,096 marked is a bitmap container, the bitset's 8,192 bytes of it as they
@@ -138,7 +139,8 @@ class Marks:
         if not fresh.size:
             return self, 0
         byte = (fresh >> np.uint64(3)).astype(np.intp)
-        bits = np.zeros(max(self.bits.size, int(byte[-1]) + 1), np.uint8)
+        size = max(self.bits.size, int(byte[-1]) + 1)
+        bits = np.zeros(size + -size % _CHUNK_BYTES, np.uint8)  # whole chunks: `_chunks` is then a view
         bits[:self.bits.size] = self.bits
         starts = np.flatnonzero(np.concatenate([[True], byte[1:] != byte[:-1]]))
         # the rows of one byte are distinct bits, so their sum is their union
@@ -146,8 +148,8 @@ class Marks:
         # the new rows put among the sparse chunks' in their places; those of a chunk now dense taken out
         sparse = np.insert(self.sparse, np.searchsorted(self.sparse, fresh), fresh)
         touched = np.unique(fresh >> np.uint64(16)).astype(np.intp)
-        _, counts = _chunks(bits)
-        dense = touched[counts[touched] > _ARRAY_MOST]
+        counts = np.bitwise_count(_chunks(bits)[0][touched].view("<u8")).sum(axis=1, dtype=np.int64)
+        dense = touched[counts > _ARRAY_MOST]
         if dense.size:
             sparse = sparse[~np.isin((sparse >> np.uint64(16)).astype(np.intp), dense)]
         return Marks(bits, self.count + int(fresh.size), sparse), int(fresh.size)
@@ -158,9 +160,9 @@ class Marks:
 
 
 def _chunks(bits: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    """The bitset `bits` in chunks of 65,536 rows (8,192 bytes each; the last one filled out with zeros),
-    and how many rows of each are set."""
-    chunks = np.pad(bits, (0, -bits.size % 8192)).reshape(-1, 8192)
+    """A Marks' bitset `bits` as its chunks of 65,536 rows (8,192 bytes each, a view), and how many rows
+    of each are set."""
+    chunks = bits.reshape(-1, _CHUNK_BYTES)
     return chunks, np.bitwise_count(chunks.view("<u8")).sum(axis=1, dtype=np.int64)
 
 
