@@ -91,7 +91,7 @@ def test_a_file_of_several_dvs_reads_back_and_checks_itself(tmp_path: Path) -> N
     file = descriptors[0].file(tmp_path)
     assert file is not None and file.parent.name == "ab" and file.name.startswith("deletion_vector_")
     for rows, d in zip(bitmaps, descriptors):
-        assert dv.read(tmp_path, d.to_dict()).tolist() == rows
+        assert dv.read_marks(tmp_path, d.to_dict()).rows().tolist() == rows
         assert dv.Descriptor.from_dict(d.to_dict()) == d
     data = bytearray(file.read_bytes())
     last = descriptors[2]
@@ -102,15 +102,15 @@ def test_a_file_of_several_dvs_reads_back_and_checks_itself(tmp_path: Path) -> N
     file.write_bytes(bytes(data))
     dv._DECODED.clear()  # DVs read are kept decoded: a DV file is never written again in place, as here
     with pytest.raises(dv.CorruptDeletionVector, match="checksum"):
-        dv.read(tmp_path, last)
+        dv.read_marks(tmp_path, last)
     with pytest.raises(dv.CorruptDeletionVector, match="marks 2 rows"):
-        dv.read(tmp_path, dv.Descriptor("u", descriptors[1].path_or_inline_dv, descriptors[1].size_in_bytes, 3, 21))
+        dv.read_marks(tmp_path, dv.Descriptor("u", descriptors[1].path_or_inline_dv, descriptors[1].size_in_bytes, 3, 21))
 
 
 def test_inline_and_z85() -> None:
     d = dv.inline([3, 4, 7, 11, 18, 29])
     assert d.offset is None and d.size_in_bytes == 44 and len(d.path_or_inline_dv) == 55
-    assert dv.read("/nowhere", d).tolist() == [3, 4, 7, 11, 18, 29]
+    assert dv.read_marks("/nowhere", d).rows().tolist() == [3, 4, 7, 11, 18, 29]
     assert d.unique_id == "i" + d.path_or_inline_dv
     # the protocol's example of a 'u' path: a prefix "ab", then the UUID in Z85
     example = dv.Descriptor("u", "ab^-aqEH.-t@S}K{vb[*k^", 40, 6, 4)
@@ -161,7 +161,7 @@ def _arrow_rows(path: str) -> dict[int, str]:
     for name in snapshot.files:
         rows = pq.read_table(Path(path) / name)
         keep = np.ones(rows.num_rows, np.bool_)
-        keep[snapshot.deleted(name).astype(np.int64)] = False
+        keep[snapshot.marks(name).rows().astype(np.int64)] = False
         rows = rows.filter(pa.array(keep))
         out.update(zip(rows.column(0).to_pylist(), rows.column(1).to_pylist()))
     return out
@@ -178,7 +178,7 @@ def test_marks_and_new_rows_read_alike_everywhere(spark: Any, tmp_path: Path, ma
     before = {i: f"v{i}" for i in range(N) if not (i < 70_000 and (i % 10 == 3 or 20_000 <= i <= 30_000))}
     snapshot = table_log.Snapshot.read(path)
     assert len(snapshot.files) == 3
-    sparks = {p: snapshot.deleted(p) for p, add in snapshot.files.items() if "deletionVector" in add}
+    sparks = {p: snapshot.marks(p).rows() for p, add in snapshot.files.items() if "deletionVector" in add}
     assert len(sparks) == 1 and len(next(iter(sparks.values()))) == N - len(before)
 
     changed = {i for i in range(N) if i % 7 == 0 or i in (3, 13, 25_000)}  # some already deleted by Spark
@@ -201,7 +201,7 @@ def test_marks_and_new_rows_read_alike_everywhere(spark: Any, tmp_path: Path, ma
         if name in marks:
             union = np.union1d(sparks.get(name, np.empty(0, np.uint64)), marks[name])
             assert add["deletionVector"]["cardinality"] == len(union)
-            assert after.deleted(name).tolist() == union.tolist()
+            assert after.marks(name).rows().tolist() == union.tolist()
             assert json.loads(add["stats"])["numRecords"] == 70_000
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
     assert [(h.version, h.operation) for h in history][-2:] == [(version - 1, "DELETE"), (version, "MERGE")]
@@ -215,7 +215,7 @@ def test_spark_run_containers_and_bitmaps_read_here(spark: Any, tmp_path: Path) 
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id BETWEEN 1000 AND 60000 OR (id >= 70000 AND id % 3 = 0)")
     snapshot = table_log.Snapshot.read(path)
     for name, add in snapshot.files.items():
-        ids, rows = _file_ids(snapshot, name), snapshot.deleted(name)
+        ids, rows = _file_ids(snapshot, name), snapshot.marks(name).rows()
         gone = ids[rows.astype(np.int64)]
         assert sorted(gone.tolist()) == [i for i in range(ids.min(), ids.max() + 1)
                                          if 1000 <= i <= 60000 or (i >= 70000 and i % 3 == 0)]

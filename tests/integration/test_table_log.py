@@ -74,6 +74,6 @@ def test_binlakes_own_commit_is_taken_as_written_not_read_back(tmp_path: Path,
     monkeypatch.setattr(table_log, "_commit", unread)
     after = Snapshot.read(location)
     assert after.version == version == before.version + 1
-    assert after.deleted(path).tolist() == [1] and len(after.files) == 2
+    assert after.marks(path).rows().tolist() == [1] and len(after.files) == 2
     monkeypatch.undo()
     assert same(after, whole(Path(location)))

@@ -384,11 +384,6 @@ def inline(rows: Marks | Iterable[int] | npt.ArrayLike) -> Descriptor:
     return Descriptor("i", z85_encode(data), len(data), marks.count)
 
 
-def read(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Positions:
-    """The row positions the DV `descriptor` marks, in the table at `location` (see `read_marks`)."""
-    return read_marks(location, descriptor).rows()
-
-
 def read_marks(location: str | Path, descriptor: Descriptor | Mapping[str, Any]) -> Marks:
     """The rows the DV `descriptor` marks, in the table at `location`; its size, checksum and
     cardinality checked. A DV is never written twice at one place, so the last few read are kept

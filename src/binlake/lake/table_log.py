@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from binlake.lake.deletion_vectors import NO_MARKS, Descriptor, Marks, Positions, read_marks
+from binlake.lake.deletion_vectors import NO_MARKS, Descriptor, Marks, read_marks
 
 LOG = "_delta_log"
 # the newest Snapshot this process read of each table, by location: the next read starts from it
@@ -93,10 +93,6 @@ class Snapshot:
         protocol, metadata = _reconciled(files, self.protocol, self.metadata, actions)
         tip = _tip(Path(self.location) / LOG, version)
         return _kept(Snapshot(self.location, version, protocol, metadata, files, tip))
-
-    def deleted(self, path: str) -> Positions:
-        """The rows of the live file `path` its DV marks deleted, sorted (none without one)."""
-        return self.marks(path).rows()
 
     def marks(self, path: str) -> Marks:
         """The rows of the live file `path` its DV marks deleted, as a bitset (none without one)."""
