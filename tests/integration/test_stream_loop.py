@@ -6,10 +6,14 @@ driver is left to Spark's query in the same run."""
 from __future__ import annotations
 
 import json
+import pickle
 import time
 from pathlib import Path
 
-from binlake.capture.binlog_batches import BinlogReader
+import pyarrow.compute as pc
+import pymysql
+
+from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 from binlake.capture.context import Context, current_position
 from binlake.capture.stream_query import binlog_job
 from binlake.config import load
@@ -149,4 +153,45 @@ def test_a_reader_asked_for_the_head_of_a_quiet_source_offers_its_start_again(de
     for wobble in (1, -1):
         twin = {**head, "started": head["started"] + wobble}  # the other reader's look at the start time
         assert BinlogReader(options).latestOffset(twin) == twin
+    ctx.release()
+
+
+def test_the_loop_reads_a_batch_on_the_connection_its_head_was_asked_on(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The loop plans a batch and reads it at once: the read takes the connection the head was asked on
+    (`binlog_batches.Kept`), two connections a batch, not three (on MySQL each is a TLS handshake).
+    One that died meanwhile is replaced, and the batch reads the same; a reader handed to another
+    process (Spark's) carries none."""
+    port = dev_db.running_port()
+    create_table(port, database, 10)
+    ctx = Context(load(write_config(tmp_path / "binlake.yml", port, database, tmp_path / "lake", 100, 1)))
+    start = current_position(ctx).to_dict()
+    options = {"job": json.dumps(binlog_job(ctx, ctx.schemas(), {}, current_position(ctx))),
+               "password": ctx.params["password"]}
+    with pymysql.connect(host="127.0.0.1", port=port, user="root", password="", database=database,
+                         autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute("UPDATE t SET k = k + 1")
+
+        def connections() -> int:
+            cur.execute("SHOW GLOBAL STATUS LIKE 'Connections'")
+            return int(cur.fetchone()[1])
+
+        def batch(reader: BinlogReader, kill: bool = False) -> tuple[int, int]:
+            """The batch's data rows and the connections its head and its read opened."""
+            before = connections()
+            end = reader.latestOffset(start)
+            if kill:
+                cur.execute(f"KILL {reader.kept.conn.thread_id()}")
+            batches = list(reader.read(BinlogRange(start, end)))
+            rows = sum(pc.sum(pc.equal(b.column("_op"), "u")).as_py() or 0 for b in batches)
+            return rows, connections() - before
+
+        sparks, loops = BinlogReader(options), BinlogReader(options)
+        loops.keeps = True
+        for first in (sparks, loops):  # a reader's first batch also opens what it then keeps (its watch)
+            assert batch(first)[0] == 10
+        rows, opened = batch(sparks)  # Spark's: the head asked in the driver, the batch read elsewhere
+        assert (rows, opened - 1) == batch(loops) == (10, opened - 1)
+        assert batch(loops, kill=True) == (10, opened)
+        loops.latestOffset(start)
+        assert loops.kept is not None and pickle.loads(pickle.dumps(loops)).kept is None
     ctx.release()

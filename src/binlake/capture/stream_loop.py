@@ -61,6 +61,7 @@ class StreamLoop:
     def __init__(self, ctx: Context, job: dict[str, Any], each_batch: MicroBatch, start: BinlogPosition) -> None:
         self.ctx, self.each_batch, self.start = ctx, each_batch, start
         self.reader = BinlogReader({"job": json.dumps(job), "password": ctx.params["password"]})
+        self.reader.keeps = True  # each batch is read right after it is planned, here
         self.files = ctx.target.checkpoint_files
         self.heartbeat = Heartbeat(ctx.target.stream_progress, float(ctx.cfg.get("stream.heartbeat-seconds")))
         self.retention = Retention.of(ctx.cfg, ctx.target, list(ctx.schemas()))
