@@ -138,13 +138,12 @@ class BinlogReader:
 
     def _control(self, params: dict[str, Any], patience: float) -> Any:
         """The read's control connection: latestOffset's, just kept (see `Kept`), else a new one."""
-        kept, self.kept = self.kept, None
-        if kept is not None:
-            if time.monotonic() - kept.at <= Kept.FOR and _answers(kept.conn):
-                kept.conn.binlake_epoch = int(params["epoch"])
-                return kept.conn
-            if kept.conn.open:
-                kept.conn.close()
+        kept = self.kept
+        if kept is not None and time.monotonic() - kept.at <= Kept.FOR and _answers(kept.conn):
+            self.kept = None
+            kept.conn.binlake_epoch = int(params["epoch"])
+            return kept.conn
+        self._forget()
         return retrying(params, patience, "opening the binlog", lambda: connect(params))
 
     def _lineage(self, offset: dict[str, Any] | None) -> Any:
