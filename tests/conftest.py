@@ -7,11 +7,16 @@ Which tests run on which server: every test but the slow ones on both servers. T
 ROTATION-day cycle: each runs every seventh day, alternately on MariaDB and on MySQL, and each day runs
 one seventh of them on one server, dealt by their measured seconds (SLOW_SECONDS) so the days weigh
 about the same. The random-kill chain (marker `long`) runs every day, on the other server
-(`DAY_SERVER`). With every slow test on one server each day, `make test` took 40 minutes on MariaDB
-days and 50 on MySQL days, past its 30, and in turns of five days 32 to 35 once the suite had grown;
-the fast ones still cover what differs between the servers every day: their statements, chunk
-reads, binlog decoding and collations.
-BINLAKE_TEST_SLOW_SERVERS runs every slow test on the servers it names instead (`make test-mysql`
+(`DAY_SERVER`), and so do the chains whose work does not differ between the servers beyond what the
+fast tests cover (marker `one_server`: the loop against Spark's replay, the signalled snapshots, the
+lake's upkeep, the idle stream, the pipeline's dry run, the progress lines); DAY_SERVER changes each
+week, so each of those runs a week on one server, then a week on the other.
+With every slow test on one server each day, `make test` took 40 minutes on MariaDB days and 50 on
+MySQL days, past its 30, and in turns of five days 32 to 35 once the suite had grown; with the
+`one_server` chains on both servers every day it took 34.5 (day 337), and about 29 without. The fast
+ones still cover what differs between the servers every day: their statements, chunk reads, binlog
+decoding and collations.
+BINLAKE_TEST_SLOW_SERVERS runs every slow and `one_server` test on the servers it names instead (`make test-mysql`
 sets `mysql`; `mariadb,mysql` runs all of them on both); BINLAKE_TEST_DAY replays another day's
 choice (a day of the year).
 
@@ -85,6 +90,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     slow_items = [(item, server, item.nodeid.replace(server, "")) for item in items
                   if item.get_closest_marker("slow") and (server := _server(item)) is not None]
     turns = slow_turns({name for _, _, name in slow_items}) if not NAMED_SLOW_SERVERS else {}
+    for item in items:  # a `one_server` test: on the day's server (or those named) alone
+        if item.get_closest_marker("one_server") and (server := _server(item)) is not None \
+                and server not in SLOW_SERVERS:
+            item.add_marker(pytest.mark.skip(reason=f"one server a day: on {DAY_SERVER} today (day {DAY}), "
+                                                    f"runs when BINLAKE_TEST_SLOW_SERVERS includes {server}"))
     for item, server, name in slow_items:
         if not slow_runs_today(name, server, turns):
             item.add_marker(pytest.mark.skip(reason=f"slow on {server}: not its turn today (day {DAY}), runs when "
@@ -92,7 +102,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the modules with slow (or `long`) tests to run first and the unit tests last, so that the two pytest-xdist
     # workers, each handed the next test as it frees up, end on short tests together rather than one
     # of them alone on a long one (module order is kept otherwise, and each module's own)
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("long")
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("long") or item.get_closest_marker("one_server")
             or (item.get_closest_marker("slow") and not item.get_closest_marker("skip"))}
     items.sort(key=lambda item: 0 if item.module.__name__ in slow else 1 if "integration" in item.nodeid else 2)
 

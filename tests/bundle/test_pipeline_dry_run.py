@@ -382,7 +382,8 @@ def dry_run(shop: Shop, workdir: Path, deletes: str = "hard") -> tuple[subproces
 
 # a dry run takes about a minute: the soft-deletes graph takes turns among the slow tests (tests/conftest.py),
 # and test_the_flow_deletes_what_leaves_silver_in_each_shape checks its view and arguments every day
-@pytest.mark.parametrize("deletes", ["hard", pytest.param("soft", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("deletes", [pytest.param("hard", marks=pytest.mark.one_server),
+                                     pytest.param("soft", marks=pytest.mark.slow)])
 def test_pipeline_source_passes_spark_pipelines_dry_run(shop: Shop, tmp_path: Path, deletes: str) -> None:
     """The graph with the orders filtered, under hard and soft deletes: the view's marks of a row out
     of the filter and `_deleted` analyse, and the flows delete what `delete_condition` says."""

@@ -43,8 +43,8 @@ def test_marks_united_with_a_batchs_rows_are_both_sets_and_serialize_as_their_po
         marks, fresh = dv.Marks.of(old).united(more)
         union = sorted(set(old.tolist()) | set(more.tolist()))
         assert marks.rows().tolist() == union and marks.count == len(union) and fresh == len(union) - old.size
-        asked = rng.integers(0, span + 200, 500)
-        assert marks.holds(asked).tolist() == [int(a) in set(union) for a in asked]
+        asked, united = rng.integers(0, span + 200, 500), set(union)
+        assert marks.holds(asked).tolist() == [int(a) in united for a in asked]
         assert np.flatnonzero(~marks.unmarked(span + 100)).tolist() == union
         assert dv.serialize(marks) == dv.serialize(union)
     crossing = dv.Marks.of(range(0, 8_190, 2))  # a chunk of 4,095 rows (an array container), then 4,105

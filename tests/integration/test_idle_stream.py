@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from binlake.source.dialect import binlog_head
 
 from ..conftest import DAY_SERVER
@@ -42,6 +44,7 @@ def _until(what: str, seconds: float, check: Any, run: subprocess.Popen[bytes], 
         time.sleep(1)
 
 
+@pytest.mark.one_server
 def test_an_idle_stream_says_caught_up_and_a_kill_restarts_at_the_recorded_head(
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
     # a minute of quiet (twelve heartbeats) on one server a day, twenty seconds on the other

@@ -48,6 +48,7 @@ def _operations(location: str) -> list[str]:
             .glob("*.json")) for line in f.read_text().splitlines() if "commitInfo" in line]
 
 
+@pytest.mark.one_server
 def test_marking_compaction_and_retention_under_writers_and_kills(dev_db: Any, database: str, spark: Any,
                                                                   tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:

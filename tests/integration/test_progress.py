@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from .capture import connect, write_config
 from .workload import run_cli
 
@@ -16,6 +18,7 @@ LINE = re.compile(r"^snapshot: tables (\d+)/(\d+), chunks (\d+)/(\d+), rows ([\d
 CLOSING = re.compile(r"^snapshot: (\d+) chunks, ([\d,]+) rows in [\d.]+s \(([\d,]+) rows/s\)$")
 
 
+@pytest.mark.one_server
 def test_plain_progress_lines_off_a_terminal(dev_db, database, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = dev_db.running_port()
     with connect(port, database) as conn, conn.cursor() as cur:

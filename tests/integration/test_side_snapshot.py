@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from binlake.capture import side_state
 from binlake.config import load
 from binlake.lake import arrow_commit
@@ -130,6 +132,7 @@ def _captured(dev_db: Any, database: str, tmp_path: Path, rows: int, chunk: int,
     return port, cfg_path, Target.of(load(cfg_path)), f"{database}.t"
 
 
+@pytest.mark.one_server
 def test_a_signalled_snapshot_repairs_silver_under_writers_pause_resume_and_a_kill(
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
     port, cfg_path, target, name = _captured(dev_db, database, tmp_path, ROWS, CHUNK, other_rows=OTHER_ROWS)
@@ -247,6 +250,7 @@ def _silver_value(target: Target, name: str, key: int) -> str:
     return str(rows.to_pylist()[0]["v"]) if rows.num_rows else ""
 
 
+@pytest.mark.one_server
 def test_a_row_of_the_signal_table_snapshots_a_table_beside_the_stream(dev_db: Any, database: str, spark: Any,
                                                                         tmp_path: Path) -> None:
     execute(dev_db, database, signal_table.DDL.format(table="binlake_signal"))
@@ -271,6 +275,7 @@ def test_a_row_of_the_signal_table_snapshots_a_table_beside_the_stream(dev_db: A
     assert silver_rows(spark, target.silver(name).location) == source_rows(port, database)
 
 
+@pytest.mark.one_server
 def test_a_snapshot_with_a_condition_takes_only_the_rows_it_matches(dev_db: Any, database: str, spark: Any,
                                                                     tmp_path: Path) -> None:
     port, cfg_path, target, name = _captured(dev_db, database, tmp_path, 600, 100)

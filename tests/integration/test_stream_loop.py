@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pymysql
+import pytest
 
 from binlake.capture.binlog_batches import BinlogRange, BinlogReader
 from binlake.capture.context import Context, current_position
@@ -40,6 +41,7 @@ def _killed(cfg: Path, point: str, counter: Path, **env: str) -> str:
     return crashed.stderr
 
 
+@pytest.mark.one_server
 def test_the_loop_and_spark_s_query_replay_each_other_s_batches(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Killed in the loop with a batch in bronze and not in silver, the next run (Spark's query alone)
     replays it with the loop's offsets; killed there alike, the loop replays Spark's batch. Under
@@ -79,6 +81,7 @@ def test_the_loop_and_spark_s_query_replay_each_other_s_batches(dev_db, database
     assert committed == [n for n, _ in _offsets(checkpoint)]
 
 
+@pytest.mark.one_server
 def test_a_batch_too_large_for_the_driver_is_left_to_spark_in_the_same_run(dev_db, database, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A burst larger than the loop holds is read by Spark's query, and the loop takes over again after it."""
     port = dev_db.running_port()
