@@ -13,12 +13,12 @@ lake's upkeep, the idle stream, the pipeline's dry run, the progress lines); DAY
 week, so each of those runs a week on one server, then a week on the other.
 With every slow test on one server each day, `make test` took 40 minutes on MariaDB days and 50 on
 MySQL days, past its 30, and in turns of five days 32 to 35 once the suite had grown; with the
-`one_server` chains on both servers every day it took 34.5 (day 337), and about 29 without. The fast
+`one_server` chains on both servers every day it took 34.5 (day 337), and 29.5 without. The fast
 ones still cover what differs between the servers every day: their statements, chunk reads, binlog
 decoding and collations.
-BINLAKE_TEST_SLOW_SERVERS runs every slow and `one_server` test on the servers it names instead (`make test-mysql`
-sets `mysql`; `mariadb,mysql` runs all of them on both); BINLAKE_TEST_DAY replays another day's
-choice (a day of the year).
+BINLAKE_TEST_SLOW_SERVERS runs every slow and `one_server` test on the servers it names instead
+(`make test-mysql` sets `mysql`; `mariadb,mysql` runs all of them on both); BINLAKE_TEST_DAY replays
+another day's choice (a day of the year).
 
 `make test` runs the suite in two pytest-xdist processes (`--dist worksteal`: each starts with half of
 the tests, and one that runs out takes tests from the other's queue, so neither idles while the other
@@ -102,7 +102,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the modules with slow (or `long`) tests to run first and the unit tests last, so that the two pytest-xdist
     # workers, each handed the next test as it frees up, end on short tests together rather than one
     # of them alone on a long one (module order is kept otherwise, and each module's own)
-    slow = {item.module.__name__ for item in items if item.get_closest_marker("long") or item.get_closest_marker("one_server")
+    slow = {item.module.__name__ for item in items
+            if item.get_closest_marker("long") or item.get_closest_marker("one_server")
             or (item.get_closest_marker("slow") and not item.get_closest_marker("skip"))}
     items.sort(key=lambda item: 0 if item.module.__name__ in slow else 1 if "integration" in item.nodeid else 2)
 
