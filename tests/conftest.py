@@ -99,9 +99,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not slow_runs_today(name, server, turns):
             item.add_marker(pytest.mark.skip(reason=f"slow on {server}: not its turn today (day {DAY}), runs when "
                                                     f"BINLAKE_TEST_SLOW_SERVERS includes {server} (make test-{server})"))
-    # the modules with slow (or `long`) tests to run first and the unit tests last, so that the two pytest-xdist
-    # workers, each handed the next test as it frees up, end on short tests together rather than one
-    # of them alone on a long one (module order is kept otherwise, and each module's own)
+    # the modules with slow (or `long`, or `one_server`) tests to run first and the unit tests last, so
+    # that the two pytest-xdist workers, each handed the next test as it frees up, end on short tests
+    # together rather than one of them alone on a long one (module order is kept otherwise, and each module's own)
     slow = {item.module.__name__ for item in items
             if item.get_closest_marker("long") or item.get_closest_marker("one_server")
             or (item.get_closest_marker("slow") and not item.get_closest_marker("skip"))}

@@ -47,7 +47,8 @@ def _until(what: str, seconds: float, check: Any, run: subprocess.Popen[bytes], 
 @pytest.mark.one_server
 def test_an_idle_stream_says_caught_up_and_a_kill_restarts_at_the_recorded_head(
         dev_db: Any, database: str, spark: Any, tmp_path: Path) -> None:
-    # a minute of quiet (twelve heartbeats) on one server a day, twenty seconds on the other
+    # a minute of quiet (twelve heartbeats) on the day's server, where make test runs it (one_server);
+    # twenty seconds on the other, where BINLAKE_TEST_SLOW_SERVERS runs it too
     idle = 60 if dev_db.server == DAY_SERVER else 20
     port = dev_db.running_port()
     create_table(port, database, 50)

@@ -74,11 +74,12 @@ def test_marking_compaction_and_retention_under_writers_and_kills(dev_db: Any, d
     assert writers.ops > 500 and not writers.errors, (writers.ops, writers.errors[:3])
 
     # each of the three was at work: marked batches, compaction of both tables, retention's removals
-    assert "MERGE" in _operations(silver) and "OPTIMIZE" in _operations(silver), f"seed {seed}"
+    operations = _operations(silver)
+    assert "MERGE" in operations and "OPTIMIZE" in operations, f"seed {seed}"
     assert "OPTIMIZE" in _operations(bronze), f"seed {seed}"
     # marks stay until a compaction takes them; an append after it (inserts only) adds none
     assert any("deletionVector" in a for a in Snapshot.read(silver).files.values()) or \
-        [op for op in _operations(silver) if op != "WRITE"][-1] == "OPTIMIZE", f"seed {seed}"
+        [op for op in operations if op != "WRITE"][-1] == "OPTIMIZE", f"seed {seed}"
     steps = compaction.last_steps(target)[name]
     assert set(steps) == {"bronze", "silver"}
     passes = retention.last_passes(target)
