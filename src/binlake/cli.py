@@ -19,7 +19,7 @@ from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
 from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
-from binlake.garbage import collect_less
+from binlake.memory import tune
 from binlake.lake.target import Target
 from binlake.source import binlog_types, signal_table
 from binlake.source.validation import check_server_ids
@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    collect_less()
+    tune()
     os.environ.setdefault("BINLAKE_RUN_PGID", str(os.getpgid(0)))
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,

@@ -29,7 +29,7 @@ from typing import Any, Protocol, cast
 
 from binlake import config as config_mod
 from binlake.errors import BinlakeError, ConfigError, RuntimeFailure
-from binlake.garbage import collect_less
+from binlake.memory import tune
 
 TASK_VALUE_KEY = "groups"
 TASK_VALUE_LIMIT_BYTES = 48 * 1024
@@ -290,7 +290,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _run(prog: str, step: Callable[[], None]) -> None:
     """Run one entry point; a binlake error becomes its one-line message and exit code."""
-    collect_less()
+    tune()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         step()

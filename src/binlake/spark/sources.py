@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.garbage import collect_less
+from binlake.memory import tune
 from binlake.lake.bronze import flat_changes
 from binlake.schema import TableSchema
 from binlake.source.chunk_reader import read_chunk, select_chunk
@@ -54,7 +54,7 @@ class SnapshotReader(DataSourceReader):
         return [ChunkSlot(i, ids[i], splits[i::slots]) for i in range(slots)]
 
     def read(self, partition: ChunkSlot) -> Iterator[Any]:  # type: ignore[override]
-        collect_less()  # in a Spark worker, as in the CLI (binlake.garbage)
+        tune()  # in a Spark worker, as in the CLI (binlake.memory)
         held = Connections(connection_params(self.options))
         try:
             yield from self.read_held(partition, held)
