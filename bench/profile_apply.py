@@ -13,7 +13,9 @@ part cannot be told from that. This replays the part of it on the lake's side, a
    every 5 s at a batch a second);
 3. the CPU seconds per 1M changes of the apply and of compaction, after PROFILE_APPLY_WARMUP batches
    (30), and the table's live files and marked rows at the end. PROFILE_APPLY_POOL_SHARE sets
-   compaction's POOL_SHARE, to weigh another one.
+   compaction's POOL_SHARE, to weigh another one; PROFILE_APPLY_PAUSE (seconds, 0 by default) a pause
+   after each batch, untimed, as the stream waits for its next one (binlake.memory measured its allocator
+   so).
 
 Each batch's changes are made before the clock starts, so only binlake's work is timed. Run it with
 PYTHONPATH naming another checkout's src to compare two commits in one session.
@@ -29,8 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
+from binlake.memory import tune
+
+tune()  # as in binlake's own processes, before pyarrow is imported (binlake.memory)
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -103,6 +109,7 @@ def main() -> None:
     rows = harness.env_int("PROFILE_APPLY_ROWS", 5_000_000)
     count = harness.env_int("PROFILE_APPLY_BATCHES", 300)
     warmup = harness.env_int("PROFILE_APPLY_WARMUP", 30)
+    pause = float(os.environ.get("PROFILE_APPLY_PAUSE") or 0)
     if os.environ.get("PROFILE_APPLY_POOL_SHARE"):  # compaction's trigger, to weigh another one
         compaction.POOL_SHARE = float(os.environ["PROFILE_APPLY_POOL_SHARE"])
     work = Path(tempfile.mkdtemp(prefix="binlake-profile-apply-"))
@@ -125,6 +132,7 @@ def main() -> None:
                 apply_cpu += applied - cpu
                 compact_cpu += time.process_time() - applied
                 steps += step is not None
+            time.sleep(pause)  # the stream idles between its batches: memory freed meanwhile is reused, or not
         timed = count * BATCH
         snapshot = Snapshot.read(location)
         marked = sum(int((a.get("deletionVector") or {}).get("cardinality") or 0) for a in snapshot.files.values())

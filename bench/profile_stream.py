@@ -25,6 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from binlake.memory import tune  # noqa: E402
+
+tune()  # as in binlake's own processes, before pyarrow is imported (binlake.memory)
+
 import decode  # noqa: E402
 import harness  # noqa: E402
 import stream  # noqa: E402

@@ -19,8 +19,8 @@ from binlake.commands.devdb import DevDb
 from binlake.commands.status import render, status
 from binlake.config import STARTUP_MODES
 from binlake.errors import BinlakeError, Stopped, raised_in_spark
-from binlake.memory import tune
 from binlake.lake.target import Target
+from binlake.memory import tune
 from binlake.source import binlog_types, signal_table
 from binlake.source.validation import check_server_ids
 

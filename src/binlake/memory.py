@@ -22,12 +22,12 @@ zeroes 2 MB). The stream allocates a batch's buffers, idles until the next batch
 allocates them again: in a steady stream on MariaDB (5M rows, 2,000 changes a second), `perf` found
 13.6% of binlake's CPU in the kernel's page zeroing, under mimalloc's free lists and Arrow's kernels.
 `arrow_from_system` makes the system's allocator (glibc's malloc) Arrow's default instead, which
-keeps freed memory for reuse. Measured on silver's side alone (bench/profile_apply.py with a 0.7 s
-pause after each batch, as the stream idles; the two interleaved twice): compaction 39.7/41.4 CPU s
+keeps freed memory for reuse. Measured on silver's side alone (bench/profile_apply.py, 60 batches
+with PROFILE_APPLY_PAUSE=0.7, as the stream idles; the two interleaved twice): compaction 39.7/41.4 CPU s
 per 1M changes against 19.4/22.5, the apply 12.9/12.8 against 12.0/12.9, the process's system time
 5.4/5.7 s against 2.0/2.7 s, peak memory the same (630-660 MB). In the steady bench itself (MariaDB,
 5M rows, 3 minutes of the writer, one session): 65.3-66.7 CPU s per 1M changes in three runs with the
-system's allocator, 80.0 with mimalloc beside them (70.8 and 71.7 earlier that day), peak memory the
+system's allocator, 80.0 with mimalloc beside them (71.7 earlier that day), peak memory the
 same (2.1-2.3 GB). The stream section's 500,000-change burst: 12.0 s in binlake's process against
 13.3, CPU 52.2 s per 1M changes against 57.0; the snapshot section's 1M rows: 11.9 s against 11.6 and
 27.2 CPU s against 26.4 (within a run's noise), peak memory 884 MB against 910. An allocator named in

@@ -25,7 +25,8 @@ DEFAULT = (700, 10, 10)
 def _process_as_started(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     kept, pool = gc.get_threshold(), pa.default_memory_pool()
     gc.set_threshold(*DEFAULT)
-    monkeypatch.delenv(memory.ALLOCATOR, raising=False)
+    monkeypatch.setenv(memory.ALLOCATOR, "")  # so that the variable is restored as it was, set or not
+    monkeypatch.delenv(memory.ALLOCATOR)
     yield
     gc.set_threshold(*kept)
     pa.set_memory_pool(pool)

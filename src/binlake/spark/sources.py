@@ -15,8 +15,8 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.memory import tune
 from binlake.lake.bronze import flat_changes
+from binlake.memory import tune
 from binlake.schema import TableSchema
 from binlake.source.chunk_reader import read_chunk, select_chunk
 from binlake.source.connection import Connections
