@@ -136,6 +136,8 @@ class Writer(threading.Thread):
 
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO binlake\.capture\.micro_batch: batch (\d+): \{[^}]*\} "
                         r"\(binlog read ([\d.]+)s, bronze ([\d.]+)s, silver ([\d.]+)s\)", re.M)
+STEP_LINE = re.compile(r"^(\S+ \S+) INFO binlake\.lake\.compaction: \S+: (bronze|silver) compacted, \d+ files into \d+ "
+                       r"in ([\d.]+)s", re.M)
 TROUBLE = re.compile(r"^.*\b(ERROR|WARN(?:ING)?|Traceback|Exception)\b.*$", re.M)
 # the bench's own SIGTERM at the end, which binlake acknowledges with a warning
 OWN_STOP = "binlake.stop: SIGTERM"
@@ -160,6 +162,28 @@ def log_figures(text: str) -> dict[str, Any]:
         "log_trouble_lines": len(lines),
         "log_trouble_examples": lines[:5],
     }
+
+
+def part_figures(text: str, began: float, ended: float, changes: int) -> dict[str, Any]:
+    """Where the stream's time went while the writer wrote (from `began` to `ended`, Unix seconds), by
+    the `-v` log: the seconds of each micro-batch's binlog read, bronze and silver, and of each
+    compaction step by side, per 1M changes. These are the main thread's wall seconds, which is where
+    nearly all of the CLI's CPU is spent; a read's include the waits for the server to send. No
+    profiler watches the run, so the figures are not distorted by one."""
+    def at(stamp: str) -> float:
+        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+    seconds = {"binlog_read": 0.0, "bronze": 0.0, "silver": 0.0, "bronze_compaction": 0.0, "silver_compaction": 0.0}
+    for stamp, _, read, bronze, silver in BATCH_LINE.findall(text):
+        if began <= at(stamp) <= ended:
+            seconds["binlog_read"] += float(read)
+            seconds["bronze"] += float(bronze)
+            seconds["silver"] += float(silver)
+    for stamp, side, took in STEP_LINE.findall(text):
+        if began <= at(stamp) <= ended:
+            seconds[f"{side}_compaction"] += float(took)
+    return {"wall_s_per_1m_changes_by_part": {k: round(v * 1e6 / changes, 1) for k, v in seconds.items()}
+            if changes else None}
 
 
 def source_checksum(source: Source) -> list[str]:
@@ -300,6 +324,7 @@ def measure(source: Source, rows: int, name: str) -> dict[str, Any]:
         "watcher_rows_read": watcher.rows_read,
         "watcher_read_s": round(watcher.read_s, 1),
         **log_figures(log.read_text(errors="replace")),
+        **part_figures(log.read_text(errors="replace"), writer.began, writer.ended, changes),
         "stop": stopped,
         "section_s": round(time.monotonic() - began, 1),
     }

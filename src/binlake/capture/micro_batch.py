@@ -93,7 +93,7 @@ class MicroBatch:
             write_progress(self.ctx.target.stream_progress, batch_id,
                            {r["_table"]: (changes[r["_table"]], r["ts"]) for r in seen}, began)
             metrics.batch(changes, began)
-            log.info("batch %d: %s (binlog read %.1fs, bronze %.1fs, silver %.1fs)", batch_id,
+            log.info("batch %d: %s (binlog read %.3fs, bronze %.3fs, silver %.3fs)", batch_id,
                      {r["_table"]: int(r["n"]) for r in seen}, read_s, bronze_s, silver_s)
             faults.point("after_batch", str(batch_id))
         finally:

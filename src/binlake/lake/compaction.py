@@ -359,7 +359,7 @@ class Compaction:
         return snapshot
 
     def _record(self, name: str, side: str, step: Step) -> None:
-        log.info("%s: %s compacted, %d files into %d in %.1fs", name, side, step.removed, step.added, step.seconds)
+        log.info("%s: %s compacted, %d files into %d in %.3fs", name, side, step.removed, step.added, step.seconds)
         with self.lock:
             place = self.target.compaction_record
             try:
