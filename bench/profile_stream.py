@@ -2,7 +2,9 @@
 `make bench`).
 
 Writes a burst of row changes (the stream section's: multi-row statements and PROFILE_SINGLES
-single-row ones) to a `bench_profile.customer` table of PROFILE_ROWS rows, then, in this process:
+single-row ones) to a `bench_profile.customer` table of PROFILE_ROWS rows, or with PROFILE_SHAPE=steady
+the steady section's writes (its writer's 20-key statements, a transaction each, unpaced) to its table
+of PROFILE_ROWS rows, then, in this process:
 1. the replication read alone (`read_changes`, every change counted, nothing encoded);
 2. the binlog source's whole work for the burst (`binlog_batches._rows` and `_batches`: the emit rule,
    each row's encoding, the Arrow batches), timed, then under cProfile;
@@ -22,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,6 +34,7 @@ tune()  # as in binlake's own processes, before pyarrow is imported (binlake.mem
 
 import decode  # noqa: E402
 import harness  # noqa: E402
+import steady  # noqa: E402
 import stream  # noqa: E402
 
 DATABASE = "bench_profile"
@@ -66,6 +70,31 @@ def interleaved(work: Work, start: tuple[str, int], stop: tuple[str, int]) -> di
     return {k: sorted(v)[len(v) // 2] for k, v in times.items()}
 
 
+def burst(source: harness.Source, rows: int, changes: int) -> dict[str, Any]:
+    """The stream section's burst of `changes` changes to a `customer` table of `rows` rows."""
+    harness.create_customer(source, DATABASE, rows)
+    stream_db, stream.DATABASE = stream.DATABASE, DATABASE
+    try:
+        return stream.burst(source, rows, changes)
+    finally:
+        stream.DATABASE = stream_db
+
+
+def steady_changes(source: harness.Source, rows: int, changes: int) -> dict[str, Any]:
+    """The steady section's writes, unpaced: `changes` rows changed by its writer's 20-key statements,
+    each its own transaction (4% inserts and deletes), in its table of `rows` rows."""
+    steady.create_table(source, rows)
+    source.execute("FLUSH BINARY LOGS")
+    start = source.position()
+    writer = steady.Writer(source, rows, rate=10**9, seconds=1.0)
+    writer.statements = max(1, changes // steady.STATEMENT_ROWS)
+    writer.run()  # in this thread, as fast as the server takes them
+    if writer.error is not None:
+        raise writer.error
+    return {"changes": sum(writer.changes.values()), "binlog_start": list(start),
+            "binlog_stop": list(source.position())}
+
+
 def main() -> int:
     server = sys.argv[1] if len(sys.argv) > 1 else "mariadb"
     rows = harness.env_int("PROFILE_ROWS", 200_000)
@@ -73,16 +102,16 @@ def main() -> int:
     stream.SINGLES = harness.env_int("PROFILE_SINGLES", stream.SINGLES)
     source = harness.start_source(server, "profile")
     try:
-        harness.create_customer(source, DATABASE, rows)
-        stream_db, stream.DATABASE = stream.DATABASE, DATABASE
-        try:
-            written = stream.burst(source, rows, changes)
-        finally:
-            stream.DATABASE = stream_db
+        if os.environ.get("PROFILE_SHAPE", "burst") == "steady":
+            (database, table), written = (steady.DATABASE, steady.TABLE), steady_changes(source, rows, changes)
+            shape = f"{written['changes']:,} changes in 20-row statements, a transaction each"
+        else:
+            (database, table), written = (DATABASE, "customer"), burst(source, rows, changes)
+            shape = (f"{written['changes']:,} changes, {written['single_row_statements']:,} "
+                     "single-row statements")
         start, stop = tuple(written["binlog_start"]), tuple(written["binlog_stop"])
-        work = decode.reader(source, DATABASE, "customer")
-        lines = [f"# Stream decoding profile ({server}, {written['changes']:,} changes, "
-                 f"{written['single_row_statements']:,} single-row statements)", ""]
+        work = decode.reader(source, database, table)
+        lines = [f"# Stream decoding profile ({server}, {shape})", ""]
         for label, encode in (("replication read alone", False), ("the binlog source's whole work", True)):
             n, cpu = timed(work, start, stop, encode)  # type: ignore[arg-type]
             lines.append(f"- {label}: {n:,} changes, {cpu:.2f} CPU s, {cpu * 1e6 / n:.1f} CPU s per 1M changes")
