@@ -104,7 +104,7 @@ def main() -> int:
     try:
         if os.environ.get("PROFILE_SHAPE", "burst") == "steady":
             (database, table), written = (steady.DATABASE, steady.TABLE), steady_changes(source, rows, changes)
-            shape = f"{written['changes']:,} changes in 20-row statements, a transaction each"
+            shape = f"{written['changes']:,} changes in {steady.STATEMENT_ROWS}-row statements, a transaction each"
         else:
             (database, table), written = (DATABASE, "customer"), burst(source, rows, changes)
             shape = (f"{written['changes']:,} changes, {written['single_row_statements']:,} "

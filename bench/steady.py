@@ -143,11 +143,16 @@ TROUBLE = re.compile(r"^.*\b(ERROR|WARN(?:ING)?|Traceback|Exception)\b.*$", re.M
 OWN_STOP = "binlake.stop: SIGTERM"
 
 
+def _log_time(stamp: str) -> float:
+    """A `-v` log line's time (its first two fields), as Unix seconds."""
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
 def log_figures(text: str) -> dict[str, Any]:
     """The stream's micro-batches from the `-v` log (how many, time between their ends, each one's bronze
     and silver seconds), and its lines of trouble (errors, warnings, traces)."""
     found = BATCH_LINE.findall(text)
-    ends = [datetime.strptime(f[0], "%Y-%m-%d %H:%M:%S,%f").timestamp() for f in found]
+    ends = [_log_time(f[0]) for f in found]
     gaps = [b - a for a, b in zip(ends, ends[1:])]
     silver = [float(f[4]) for f in found]
     bronze = [float(f[3]) for f in found]
@@ -170,17 +175,14 @@ def part_figures(text: str, began: float, ended: float, changes: int) -> dict[st
     compaction step by side, per 1M changes. These are the main thread's wall seconds, which is where
     nearly all of the CLI's CPU is spent; a read's include the waits for the server to send. No
     profiler watches the run, so the figures are not distorted by one."""
-    def at(stamp: str) -> float:
-        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-
     seconds = {"binlog_read": 0.0, "bronze": 0.0, "silver": 0.0, "bronze_compaction": 0.0, "silver_compaction": 0.0}
     for stamp, _, read, bronze, silver in BATCH_LINE.findall(text):
-        if began <= at(stamp) <= ended:
+        if began <= _log_time(stamp) <= ended:
             seconds["binlog_read"] += float(read)
             seconds["bronze"] += float(bronze)
             seconds["silver"] += float(silver)
     for stamp, side, took in STEP_LINE.findall(text):
-        if began <= at(stamp) <= ended:
+        if began <= _log_time(stamp) <= ended:
             seconds[f"{side}_compaction"] += float(took)
     return {"wall_s_per_1m_changes_by_part": {k: round(v * 1e6 / changes, 1) for k, v in seconds.items()}
             if changes else None}
@@ -277,6 +279,7 @@ def measure(source: Source, rows: int, name: str) -> dict[str, Any]:
         out_file.close()
 
     changes = sum(writer.changes.values())
+    run_log = log.read_text(errors="replace")
     ends = {**steady_lake.table_figures(silver, "silver"), **steady_lake.table_figures(bronze, "bronze")}
     scanned = steady_lake.scan_against_compacted(silver, WORK / name / "compacted", "id", "visits")
     verify = run_cli(["verify", "-c", str(cfg)], WORK / name / "verify.log")
@@ -323,8 +326,8 @@ def measure(source: Source, rows: int, name: str) -> dict[str, Any]:
         "lake_kept": kept,
         "watcher_rows_read": watcher.rows_read,
         "watcher_read_s": round(watcher.read_s, 1),
-        **log_figures(log.read_text(errors="replace")),
-        **part_figures(log.read_text(errors="replace"), writer.began, writer.ended, changes),
+        **log_figures(run_log),
+        **part_figures(run_log, writer.began, writer.ended, changes),
         "stop": stopped,
         "section_s": round(time.monotonic() - began, 1),
     }
