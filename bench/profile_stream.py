@@ -86,8 +86,7 @@ def steady_changes(source: harness.Source, rows: int, changes: int) -> dict[str,
     steady.create_table(source, rows)
     source.execute("FLUSH BINARY LOGS")
     start = source.position()
-    writer = steady.Writer(source, rows, rate=10**9, seconds=1.0)
-    writer.statements = max(1, changes // steady.STATEMENT_ROWS)
+    writer = steady.Writer.unpaced(source, rows, max(1, changes // steady.STATEMENT_ROWS))
     writer.run()  # in this thread, as fast as the server takes them
     if writer.error is not None:
         raise writer.error

@@ -85,6 +85,13 @@ class Writer(threading.Thread):
         self.stop = threading.Event()
         self.rnd = random.Random(52)
 
+    @classmethod
+    def unpaced(cls, source: Source, rows: int, statements: int) -> Writer:
+        """A writer of `statements` statements, each written as soon as the one before it is (no schedule)."""
+        writer = cls(source, rows, rate=10**9, seconds=0)
+        writer.statements = statements
+        return writer
+
     def pick(self, n: int, remove: bool = False) -> list[int]:
         places = self.rnd.sample(range(len(self.live)), n)
         keys = [self.live[i] for i in places]
