@@ -16,9 +16,10 @@ class Behind:
     bench's 5M rows 58 s instead of 82. A second thread reading the group's other slot was slower
     than one: reading holds the GIL.
 
-    One group lands at a time, in the order read, and the next waits for it (`wait`), so nothing
-    about the order of the writes changes: a crash loses at most the group in hand, read and not
-    landed, which the next run reads again. Memory holds two groups instead of one."""
+    One commit lands at a time (a group, or several: `Landing.hold`), in the order read, and the
+    next waits for it (`wait`), so nothing about the order of the writes changes: a crash loses at
+    most the groups in hand, read and not landed, which the next run reads again. Memory holds two
+    commits' groups instead of one."""
 
     def __init__(self) -> None:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="landing")

@@ -1,6 +1,7 @@
 """The snapshot: every unfinished chunk read into bronze, group by group, in Spark jobs of the
 `binlake_snapshot` source (`binlake.spark.sources`), then the landed chunks applied to silver. On a
-local lake the same reader runs in this process instead and delta-rs commits each group (`Landing`).
+local lake the same reader runs in this process instead and delta-rs commits the groups, several at
+a time for a large table (`Landing`).
 
 Each chunk's read and its record in the split state are idempotent, so a snapshot cut short anywhere
 is resumed by the next run: a chunk whose rows reached bronze but whose status did not is recorded
@@ -17,8 +18,6 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Self
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import functions as F
 
 from binlake import faults
@@ -26,10 +25,11 @@ from binlake.capture import plan as planning  # PLAN_BATCH read when used: the t
 from binlake.capture.behind import Behind
 from binlake.capture.chunking import plan_ranges
 from binlake.capture.context import Context
+from binlake.capture.landing import Landing
 from binlake.capture.progress import Progress
 from binlake.config import Config
 from binlake.errors import RuntimeFailure
-from binlake.lake import arrow_commit, arrow_types, bronze, silver, split_state, storage
+from binlake.lake import bronze, silver, split_state, storage
 from binlake.offsets import BinlogPosition
 from binlake.schema import TableSchema
 from binlake.source.connection import connect
@@ -94,11 +94,11 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
             by_group = in_groups(s for s in pending if s.index not in recovered_ids)
             for group in sorted(by_group):
                 rows = read_ahead(ctx, schema, by_group[group], landing)
-                held = behind.wait(held)
-                if rows is not None:
-                    behind.land(functools.partial(land_read, ctx, schema, by_group[group], rows, landing, held,
-                                                  progress))
+                if landing is not None and rows is not None:
+                    if landing.hold(by_group[group], rows):
+                        held = land_held(ctx, schema, landing, behind, held, progress)
                     continue
+                held = behind.wait(land_held(ctx, schema, landing, behind, held, progress))
                 read = read_any(ctx, schema, by_group[group], progress, landing=landing)
                 if landing is not None and landing.rows:
                     held = apply_here(ctx, schema, read, landing, held)
@@ -108,7 +108,7 @@ def _table(ctx: Context, schema: TableSchema, chosen: list[int], apply_silver: b
                     apply_to_silver(ctx, schema, landed, held=held)
                     held = _plus(held, landed)
                     landed = []
-        held = behind.wait(held)
+        held = behind.wait(land_held(ctx, schema, landing, behind, held, progress))
     if apply_silver:
         apply_to_silver(ctx, schema, landed, held=held)
 
@@ -122,10 +122,20 @@ def read_ahead(ctx: Context, schema: TableSchema, splits: list[Split], landing: 
         return landing.read(ctx, schema, chunk_job(ctx, schema, splits, ids))
 
 
+def land_held(ctx: Context, schema: TableSchema, landing: Landing | None, behind: Behind, held: int | None,
+              progress: Progress) -> int | None:
+    """The groups `landing` holds (`Landing.hold`) landing behind the next read (`land_read`), once
+    the commit before them has landed; `held` after that one."""
+    held = behind.wait(held)
+    if landing is not None and landing.held:
+        behind.land(functools.partial(land_read, ctx, schema, *landing.parcel(), landing, held, progress))
+    return held
+
+
 def land_read(ctx: Context, schema: TableSchema, splits: list[Split], rows: Any, landing: Landing,
               held: int | None, progress: Progress) -> int | None:
-    """A group `read_ahead` read, landed: appended to bronze and recorded landed, then applied to
-    silver and recorded done (`apply_here`). `held` after it."""
+    """Groups `read_ahead` read, landed in one commit: appended to bronze and recorded landed, then
+    applied to silver and recorded done (`apply_here`). `held` after it."""
     read = landed_in(ctx, schema, splits, landing.append(rows, [s.index for s in splits]))
     progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
     ctx.note_files([s.hw.file for s in read if s.hw is not None])
@@ -145,72 +155,6 @@ def in_groups(splits: Iterable[Split]) -> dict[int, list[Split]]:
     for s in splits:
         by_group.setdefault(s.group, []).append(s)
     return by_group
-
-
-class Landing:
-    """Where a table's chunks land when delta-rs commits them (`binlake.lake.arrow_commit`): its
-    bronze, and the snapshot rows kept for silver, which then needs no read of bronze. A small table
-    (`of`) is read whole and applied to silver once; a large one on a local lake (`large`) group by
-    group, each group's rows applied to silver before the next is read (`take`), and typed by Arrow
-    (`binlake.lake.arrow_types`): no Spark job at all."""
-
-    def __init__(self, table: Any, created: bool, typer: arrow_types.Typer | None) -> None:
-        self.table, self.created, self.typer = table, created, typer
-        self.rows: list[Any] = []
-        self.spilled = False  # a read held more than arrow_commit.ARROW_BYTES: Spark writes the table
-
-    @classmethod
-    def of(cls, ctx: Context, schema: TableSchema, splits: int) -> Landing | None:
-        """The landing of a table whose `splits` chunks hold at most `arrow_commit.ARROW_ROWS` rows, or
-        None (Spark writes it): a larger or key-less table, or a bronze delta-rs does not write."""
-        b = ctx.target.bronze(schema.name).location
-        if not arrow_commit.usable(b, schema.names, splits * ctx.cfg.chunk_size):
-            return None
-        return cls._at(b, schema, arrow_types.typer(schema))
-
-    @classmethod
-    def large(cls, ctx: Context, schema: TableSchema) -> Landing | None:
-        """The landing of any table of a local lake whose columns Arrow types, or None (Spark reads,
-        types and writes it)."""
-        b = ctx.target.bronze(schema.name).location
-        typer = arrow_types.typer(schema)
-        if typer is None or not arrow_commit.usable(b, schema.names, 0):
-            return None
-        return cls._at(b, schema, typer)
-
-    @classmethod
-    def _at(cls, location: str, schema: TableSchema, typer: arrow_types.Typer | None) -> Landing | None:
-        if schema.multiset:
-            return None
-        struct = bronze.struct(schema)
-        created = arrow_commit.create(location, struct, bronze.PROPERTIES)
-        table = arrow_commit.writable(location, struct.fieldNames())
-        return None if table is None else cls(table, created, typer)
-
-    def read(self, ctx: Context, schema: TableSchema, job: dict[str, Any]) -> Any:
-        """A group's chunks read in this process, as bronze's columns; None when they are too large
-        to hold here (then Spark reads them, and every later group of the table)."""
-        flat = ctx.snapshot_here(job)
-        if flat is None:
-            self.spilled = True
-            return None
-        if self.typer is not None:
-            try:
-                return self.typer(flat)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:  # Spark's cast says what it is
-                log.debug("%s: Arrow could not type a read (%s); Spark types it", schema.name, exc)
-        return bronze.typed_flat(ctx.session().createDataFrame(flat), schema).toArrow()
-
-    def append(self, rows: Any, chunks: list[int]) -> list[dict[str, Any]]:
-        """Commit chunks' rows (bronze columns) to bronze; their marks, as `bronze.append_chunks`."""
-        arrow_commit.append(self.table, rows)
-        self.rows.append(rows.filter(pc.equal(rows.column("_op"), "r")))
-        return bronze.arrow_marks(rows, chunks)
-
-    def take(self) -> Any:
-        """The snapshot rows kept since the last take."""
-        rows, self.rows = self.rows, []
-        return pa.concat_tables(rows)
 
 
 def read_any(ctx: Context, schema: TableSchema, todo: list[Split], progress: Progress,
