@@ -4,7 +4,7 @@ rows kept for silver, which then needs no read of bronze."""
 from __future__ import annotations
 
 import logging
-import math
+import os
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +20,7 @@ from binlake.splits import Split
 log = logging.getLogger(__name__)
 
 # the most a large table's landing holds in memory for one commit (Arrow's bytes), whatever its aim
-HOLD_BYTES = 2 * arrow_commit.ARROW_BYTES
+HOLD_BYTES = int(os.environ.get("BINLAKE_SNAPSHOT_HOLD_BYTES", str(2 * arrow_commit.ARROW_BYTES)))
 
 
 class Landing:
@@ -31,11 +31,13 @@ class Landing:
     next commit (`take`), and typed by Arrow (`binlake.lake.arrow_types`): no Spark job at all.
 
     A large table's commit holds groups until their files come out at about `aim` bytes (a quarter of
-    `lake.file-size`, compaction's silver range, `SMALL_SHARE`), by bronze's bytes per row so far;
-    the first group lands alone, to measure them. A commit of one group each left the bench's 5M rows
-    in 38 files of bronze and of silver, which compaction then wrote again once the stream ran (about
-    8 s of CPU and a 4-5 s stall); files of the aim are done for both kinds of compaction step. A
-    crash loses the groups held, read and not landed, which the next run reads again."""
+    `lake.file-size`, what compaction's silver range holds, `SMALL_SHARE`) by bronze's bytes per row
+    so far, or until they hold HOLD_BYTES in memory. A commit of one group each left the bench's 5M
+    rows in 38 files of bronze and of silver (3.7 MB each), which compaction wrote again once the
+    stream ran: about 8 s of CPU and a stall of 4-5 s. Commits of HOLD_BYTES (1.07M of its rows,
+    133 bytes a row in Arrow, 22 in Parquet) left 6 files of 2-24 MB, not small for silver's
+    compaction, and the stream's CPU per 1M changes went from 38.2 s to 29.5 s. A crash loses the
+    groups held, read and not landed, which the next run reads again."""
 
     def __init__(self, table: Any, created: bool, typer: arrow_types.Typer | None, location: str,
                  aim: int = 0) -> None:
@@ -102,15 +104,16 @@ class Landing:
         return [s for splits, _ in held for s in splits], pa.concat_tables([rows for _, rows in held])
 
     def _bytes_per_row(self) -> float:
-        """Bronze's bytes per row, by its files' sizes and counts; infinite while it holds none."""
+        """Bronze's bytes per row, by its files' sizes and counts; 0 while it holds none (HOLD_BYTES
+        bounds the first commit: a file of at most about as many bytes)."""
         if self._per_row is None:
             try:
                 snapshot = Snapshot.read(self.location)
             except UnreadableLog:
-                return math.inf
+                return 0.0
             rows = sum(snapshot.num_records(p) for p in snapshot.files)
             if not rows:
-                return math.inf
+                return 0.0
             self._per_row = sum(int(a.get("size") or 0) for a in snapshot.files.values()) / rows
         return self._per_row
 

@@ -134,12 +134,19 @@ def land_held(ctx: Context, schema: TableSchema, landing: Landing | None, behind
 
 def land_read(ctx: Context, schema: TableSchema, splits: list[Split], rows: Any, landing: Landing,
               held: int | None, progress: Progress) -> int | None:
-    """Groups `read_ahead` read, landed in one commit: appended to bronze and recorded landed, then
-    applied to silver and recorded done (`apply_here`). `held` after it."""
-    read = landed_in(ctx, schema, splits, landing.append(rows, [s.index for s in splits]))
+    """Groups `read_ahead` read, landed in one commit (`landed_read`), then applied to silver and
+    recorded done (`apply_here`). `held` after it."""
+    return apply_here(ctx, schema, landed_read(ctx, schema, splits, rows, landing, progress), landing, held)
+
+
+def landed_read(ctx: Context, schema: TableSchema, splits: list[Split], rows: Any, landing: Landing,
+                progress: Progress, record: bool = True) -> list[Split]:
+    """Groups `read_ahead` read, appended to bronze in one commit and recorded landed (unless `record`
+    is False: the caller records them later): their splits, landed."""
+    read = landed_in(ctx, schema, splits, landing.append(rows, [s.index for s in splits]), record)
     progress.update(schema.name, len(read), sum(s.rows or 0 for s in read))
     ctx.note_files([s.hw.file for s in read if s.hw is not None])
-    return apply_here(ctx, schema, read, landing, held)
+    return read
 
 
 def _plus(held: int | None, applied: list[Split]) -> int | None:
@@ -207,6 +214,12 @@ class Reading:
         landed: list[Split] = []
         held = split_state.applied_rows(self.ctx.session(), self.ctx.target.split_state, schema.name)
         for group in sorted(by_group):
+            rows = read_ahead(self.ctx, schema, by_group[group], landing)
+            if landing is not None and rows is not None and not landing.hold(by_group[group], rows):
+                continue
+            held = self.land_held(schema, landing, held)
+            if rows is not None:
+                continue
             read = read_any(self.ctx, schema, by_group[group], self.progress, record=False, landing=landing)
             if landing is not None and landing.rows:
                 held = apply_here(self.ctx, schema, read, landing, held, record=False)
@@ -218,9 +231,20 @@ class Reading:
                 held = _plus(held, landed)
                 self.applied([s.applied() for s in landed])
                 landed = []
+        self.land_held(schema, landing, held)
         if created:
             with self.lock:
                 self.ctx.created_bronze(schema.name)
+
+    def land_held(self, schema: TableSchema, landing: Landing | None, held: int | None) -> int | None:
+        """The groups `landing` holds (`Landing.hold`) landed in one commit, not recorded yet (see
+        `applied`); `held` after them."""
+        if landing is None or not landing.held:
+            return held
+        read = landed_read(self.ctx, schema, *landing.parcel(), landing, self.progress, record=False)
+        held = apply_here(self.ctx, schema, read, landing, held, record=False)
+        self.applied([s.applied() for s in read])
+        return held
 
     def whole_arrow(self, schema: TableSchema, splits: list[Split], landing: Landing) -> None:
         """A small table's chunks committed to bronze and silver by delta-rs (`Landing`)."""
