@@ -98,7 +98,7 @@ SCHEMA: dict[str, dict[str, tuple[Kind, Any, str]]] = {
     "snapshot": {
         "chunk-size": (WHOLE, 8096, "rows per chunk"),
         "parallelism": (WHOLE, 2, "chunks read at once (tables read, and a micro-batch's tables written, at once: twice this)"),
-        "group-size": (WHOLE, 16, "chunks read and committed to bronze together, the resume grain (a large table's groups on a local lake: several to a commit)"),
+        "group-size": (WHOLE, 16, "chunks committed to bronze together (the resume grain)"),
     },
     "stream": {
         "trigger-seconds": (WHOLE, 1, "micro-batch interval"),

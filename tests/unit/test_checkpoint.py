@@ -69,11 +69,3 @@ def test_batches_older_than_spark_keeps_are_forgotten(tmp_path: Path) -> None:
     assert kept == list(range(5, 105))
     assert sorted(int(f.name) for f in (cp / "commits").iterdir() if f.name.isdigit()) == kept
     assert checkpoint.pending(str(cp)) == (105, _end(1050), None)
-
-
-def test_with_no_session_running_the_settings_are_those_of_binlake_s_local_session(spark) -> None:  # type: ignore[no-untyped-def]
-    """A local lake's stream records its first batch's settings without starting Spark: they must be
-    what the session binlake starts says (Spark's defaults move between its versions)."""
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    assert checkpoint.query_conf(None, partitions) == checkpoint.query_conf(spark, partitions)
-    assert checkpoint.query_conf(None, 6)["spark.sql.shuffle.partitions"] == "6"

@@ -1,4 +1,4 @@
-"""A run's context: the configuration, the lake's locations, the Spark session (started at its first use),
+"""A run's context: the configuration, the lake's locations, the Spark session (started on first use),
 the captured tables' schemas as the stream follows them, and the server binlake reads (its lineage).
 
 Every step (`binlake.capture.plan`, `snapshot`, `stream`, `run`) takes one, so a run that chains them
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from binlake.columns import ColumnChoice
 from binlake.config import Config
 from binlake.errors import ConfigError
-from binlake.lake import arrow_commit, checkpoint
+from binlake.lake import arrow_commit
 from binlake.lake.evolution import History, Version
 from binlake.lake.silver_shape import Shape
 from binlake.lake.target import Target
@@ -31,25 +31,11 @@ from binlake.source.identity import Lineage, identify
 from binlake.source.reconnect import retrying
 
 # the one place capture/ reaches into spark/: the first step that needs Spark starts it
-from binlake.spark.session import get_spark, shuffle_partitions, spark_running
+from binlake.spark.session import get_spark
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class LazySession:
-    """Spark's session, started when something is first asked of it. Steps take the session and pass
-    it on to the lake's functions, which on a local lake mostly read and write by delta-rs and
-    binlake's own commits and ask it nothing: a run that needs no Spark then starts no JVM. In the
-    bench's steady section (a 5M-row table's snapshot, then 15 minutes of stream), the JVM started
-    for none of the run's work and still took 3.0 s of CPU and hundreds of MB."""
-
-    def __init__(self, start: Callable[[], Any]) -> None:
-        self._start = start
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._start(), name)
 
 
 def refusals(schemas: list[TableSchema], shape: Shape) -> list[str]:
@@ -75,33 +61,18 @@ class Context:
     _changeless: set[str] = field(init=False, default_factory=set)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)  # for tables read at once
     _idle: list[Connections] = field(init=False, default_factory=list)  # see `held`
-    _starting: threading.Lock = field(init=False, default_factory=threading.Lock)  # see `_started`
 
     def __post_init__(self) -> None:
         self.target = Target.of(self.cfg, self.session)
 
     def session(self) -> Any:
-        """Spark's session: the one running (this run's, or one a launcher, a test or Databricks
-        started), or, for a local lake, one that starts at its first use (`LazySession`)."""
-        if self.spark is None and arrow_commit.local(str(self.target.root)) and not spark_running():
-            return LazySession(self._started)
-        return self._started()
+        if self.spark is None:
+            # deferred: the data sources load pyspark and pyarrow, which status and check never need
+            from binlake.spark.sources import register
 
-    def _started(self) -> Any:
-        with self._starting:
-            if self.spark is None:
-                # deferred: the data sources load pyspark and pyarrow, which status and check never need
-                from binlake.spark.sources import register
-
-                spark = get_spark(self.cfg.parallelism, log_file=self.target.spark_log)
-                register(spark)
-                self.spark = spark
+            self.spark = get_spark(self.cfg.parallelism, log_file=self.target.spark_log)
+            register(self.spark)
         return self.spark
-
-    def query_conf(self) -> dict[str, str]:
-        """The SQL settings a checkpoint's first batch records (`checkpoint.query_conf`): the running
-        session's, or, with none running, those of the local session binlake would start."""
-        return checkpoint.query_conf(self.spark, shuffle_partitions(self.cfg.parallelism))
 
     def snapshot_rows(self, job: dict[str, Any]) -> Any:
         """The `binlake_snapshot` source's rows of `job` (`flat_changes`), read by a Spark job."""

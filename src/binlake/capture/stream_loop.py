@@ -96,7 +96,7 @@ class StreamLoop:
             # replay it: else it would stay planned, and the stream never pass it
             if found or batch_id == 0 or planned is not None:
                 if planned is None:
-                    checkpoint.plan_batch(self.files, batch_id, end, self.ctx.query_conf)
+                    checkpoint.plan_batch(self.files, batch_id, end, lambda: checkpoint.query_conf(self.ctx.session()))
                 if found and not self._holdable(begin, end):
                     log.info("batch %d spans more binlog than the driver holds: Spark's query reads it", batch_id)
                     return end

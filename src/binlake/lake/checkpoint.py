@@ -25,27 +25,24 @@ from binlake.offsets import BinlogPosition
 # Spark's offset and commit logs: their version line, and how many batches a query keeps
 _LOG_VERSION = "v1"
 _RETAINED = 100
-# the SQL settings Spark 4.2 records in each batch's metadata (OffsetSeqMetadata.relevantSQLConfs),
-# with what binlake's local session has for them: Spark's defaults, and the shuffle partitions it
-# sets (test_checkpoint compares these with a session's)
-_RECORDED_CONF = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion": "2",
-    "spark.sql.streaming.stateStore.rocksdb.formatVersion": "5",
-    "spark.sql.streaming.queryEvolution.enableSourceEvolution": "false",
-    "spark.sql.streaming.stateStore.encodingFormat": "unsaferow",
-    "spark.sql.streaming.statefulOperator.useStrictDistribution": "true",
-    "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "2",
-    "spark.sql.streaming.multipleWatermarkPolicy": "min",
-    "spark.sql.streaming.stateStore.rowChecksum.enabled": "false",
-    "spark.sql.streaming.aggregation.stateFormatVersion": "2",
-    "spark.sql.function.protobufExtensions.enabled": "false",
-    "spark.sql.streaming.join.stateFormatVersion": "2",
-    "spark.sql.streaming.stateStore.compression.codec": "lz4",
-    "spark.sql.optimizer.pruneFiltersCanPruneStreamingSubplan": "false",
-}
+# the SQL settings Spark 4.2 records in each batch's metadata (OffsetSeqMetadata.relevantSQLConfs)
+_RECORDED_CONF = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion",
+    "spark.sql.streaming.stateStore.rocksdb.formatVersion",
+    "spark.sql.streaming.queryEvolution.enableSourceEvolution",
+    "spark.sql.streaming.stateStore.encodingFormat",
+    "spark.sql.streaming.statefulOperator.useStrictDistribution",
+    "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion",
+    "spark.sql.streaming.multipleWatermarkPolicy",
+    "spark.sql.streaming.stateStore.rowChecksum.enabled",
+    "spark.sql.streaming.aggregation.stateFormatVersion",
+    "spark.sql.function.protobufExtensions.enabled",
+    "spark.sql.streaming.join.stateFormatVersion",
+    "spark.sql.streaming.stateStore.compression.codec",
+    "spark.sql.optimizer.pruneFiltersCanPruneStreamingSubplan",
+)
 
 
 def _folder(checkpoint: Location | str) -> Location:
@@ -106,12 +103,8 @@ def plan_batch(checkpoint: Location | str, batch_id: int, end: dict[str, Any],
     (folder / "offsets" / str(batch_id)).write_text(f"{_LOG_VERSION}\n{json.dumps(meta)}\n{json.dumps(end)}")
 
 
-def query_conf(spark: Any | None, shuffle_partitions: int) -> dict[str, str]:
-    """The SQL settings Spark records in a batch's metadata, as `spark` has them; with no session
-    running (None), as binlake's local session would, with its `shuffle_partitions`: a local lake's
-    stream then starts no JVM to ask."""
-    if spark is None:
-        return {**_RECORDED_CONF, "spark.sql.shuffle.partitions": str(shuffle_partitions)}
+def query_conf(spark: Any) -> dict[str, str]:
+    """The SQL settings Spark records in a batch's metadata, as `spark` has them."""
     return {key: str(spark.conf.get(key)) for key in _RECORDED_CONF}
 
 

@@ -20,9 +20,9 @@ deletion vectors. Three kinds of step keep it few files in key order:
   out of the pool; the same commit removes the range's files and marks the rows it took in the pool's.
   The range chosen is the one with the most rows to gain (marked rows dropped, pool rows taken in).
 - otherwise, a range of two or more small files out of the pool (each under an eighth of
-  `lake.file-size`) is written so too, as one: a snapshot's last commits are small (and a snapshot
-  Spark writes leaves a file per chunk group), and a batch at random keys marks rows in nearly every
-  file, so each small file cost its DV and its key search at every batch (`_crowded`).
+  `lake.file-size`) is written so too, as one: the snapshot leaves silver a file per chunk group, and
+  a batch at random keys marks rows in nearly every file, so each small file cost its DV and its key
+  search at every batch (`_crowded`).
 A step of either kind costs what it writes, not the table, and a changed row is written again in key
 order about 1 / POOL_SHARE times (and a few times in the pool's tiers); a read filtered by key skips
 every file out of the pool whose range misses it. A table of pool files alone is written again as one
@@ -233,10 +233,9 @@ def _small(size: int, file_size: int) -> bool:
 
 
 def _crowded(files: list[str], sizes: dict[str, int], file_size: int) -> bool:
-    """Whether a range's `files` are small files that one would hold: two or more, each `_small`. A
-    snapshot that commits a file per chunk group leaves silver so (38 files of 3.7 MB at 5M rows, 152
-    at 20M), and a batch marks rows in nearly every file at random keys, each file's DV written again
-    and its keys searched at every batch; written again as one, they cost that once."""
+    """Whether a range's `files` are small files that one would hold: two or more, each `_small`. The snapshot leaves silver so (a file per chunk group: 38 files of 3.7 MB at 5M rows, 152 at
+    20M), and a batch marks rows in nearly every file at random keys, each file's DV written again and
+    its keys searched at every batch; written again as one, they cost that once."""
     return len(files) >= 2 and all(_small(sizes[p], file_size) for p in files)
 
 

@@ -119,7 +119,7 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     quiet_python_loggers()
     conf = SparkConf().setMaster(f"local[{max(1, parallelism)}]").setAppName(app_name).setAll([
         *SETTINGS,
-        ("spark.sql.shuffle.partitions", str(shuffle_partitions(parallelism))),
+        ("spark.sql.shuffle.partitions", str(max(2, parallelism))),
         ("spark.default.parallelism", str(max(2, parallelism))),
         ("spark.ui.enabled", "false"),
         ("spark.ui.showConsoleProgress", "false"),
@@ -132,18 +132,6 @@ def get_spark(parallelism: int = 2, app_name: str = "binlake", log_file: Path | 
     spark = SparkSession.builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
-
-
-def spark_running() -> bool:
-    """Whether this process has a Spark session or context already (`launched`, or an active session)."""
-    from pyspark.sql import SparkSession
-
-    return launched() or SparkSession.getActiveSession() is not None
-
-
-def shuffle_partitions(parallelism: int) -> int:
-    """The shuffle partitions of a local session binlake starts for `parallelism`."""
-    return max(2, parallelism)
 
 
 def launcher_session(app_name: str = "binlake"):  # type: ignore[no-untyped-def]
