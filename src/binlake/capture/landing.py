@@ -105,18 +105,14 @@ class Landing:
         return [s for splits, _ in held for s in splits], pa.concat_tables([rows for _, rows in held])
 
     def _bytes_per_row(self) -> float:
-        """Bronze's bytes per row, by its files' sizes and counts; 0 while it holds none (HOLD_BYTES
-        bounds the first commit: a file of at most about as many bytes)."""
+        """Bronze's bytes per row (`Snapshot.bytes_per_row`); 0 while it holds none (HOLD_BYTES bounds
+        the first commit: a file of at most about as many bytes)."""
         if self._per_row is None:
             try:
-                snapshot = Snapshot.read(self.location)
+                self._per_row = Snapshot.read(self.location).bytes_per_row()
             except UnreadableLog:
                 return 0.0
-            rows = sum(snapshot.num_records(p) for p in snapshot.files)
-            if not rows:
-                return 0.0
-            self._per_row = sum(int(a.get("size") or 0) for a in snapshot.files.values()) / rows
-        return self._per_row
+        return self._per_row or 0.0
 
     def append(self, rows: Any, chunks: list[int]) -> list[dict[str, Any]]:
         """Commit chunks' rows (bronze columns) to bronze; their marks, as `bronze.append_chunks`."""

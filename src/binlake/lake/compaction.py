@@ -292,10 +292,7 @@ def _written(snapshot: Snapshot, rows: Any, file_size: int, tags: dict[str, str]
     read from (Parquet's, a few times smaller than Arrow's in memory)."""
     if rows.num_rows == 0:
         return []
-    read = [p for p, a in snapshot.files.items() if a.get("stats")]
-    stored = sum(int(snapshot.files[p].get("size") or 0) for p in read)
-    counted = sum(snapshot.num_records(p) for p in read)
-    per_row = stored / counted if stored and counted else max(1, rows.nbytes // rows.num_rows)
+    per_row = snapshot.bytes_per_row() or max(1, rows.nbytes // rows.num_rows)
     step = max(1, int(file_size * 0.9 / per_row))  # files stay under the size
     return [data_file(snapshot, rows.slice(at, step), tags) for at in range(0, rows.num_rows, step)]
 

@@ -112,6 +112,14 @@ class Snapshot:
         column (its physical names under column mapping: `binlake.lake.delta_commit.data_file`)."""
         return all(isinstance(f["type"], str) for f in json.loads(self.metadata["schemaString"])["fields"])
 
+    def bytes_per_row(self) -> float | None:
+        """The bytes a row takes in the table's live files (those whose stats count their rows), or
+        None while they hold none."""
+        counted = [p for p, a in self.files.items() if a.get("stats")]
+        stored = sum(int(self.files[p].get("size") or 0) for p in counted)
+        rows = sum(self.num_records(p) for p in counted)
+        return stored / rows if stored and rows else None
+
     def num_records(self, path: str) -> int:
         """The rows of the data file `path`, deleted ones too: its `numRecords`, else its footer's count."""
         records = stated_records(self.files[path].get("stats") or "{}")
